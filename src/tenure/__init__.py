@@ -1,0 +1,65 @@
+"""tenure: durable LLM agent runs.
+
+Leases with heartbeats, a reaper for dead workers, retries by failure class with backoff,
+dead-letters with reasons, and a write fence so that a non-idempotent tool write runs at
+most once, whatever crashes.
+"""
+
+from tenure import providers
+from tenure._errors import (
+    DatabaseUnavailable,
+    FallbackExhausted,
+    InvalidRequest,
+    ProviderError,
+    RetryableError,
+    StoreError,
+    TenureError,
+    UnknownModel,
+    UnknownTool,
+)
+from tenure._types import (
+    Event,
+    EventKind,
+    FailureClass,
+    Outcome,
+    ReapReport,
+    Run,
+    RunRequest,
+    RunResult,
+    RunStatus,
+    TerminationReason,
+    ToolContext,
+    ToolEffect,
+    Usage,
+)
+from tenure.runtime import Runtime
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DatabaseUnavailable",
+    "Event",
+    "EventKind",
+    "FailureClass",
+    "FallbackExhausted",
+    "InvalidRequest",
+    "Outcome",
+    "ProviderError",
+    "ReapReport",
+    "RetryableError",
+    "Run",
+    "RunRequest",
+    "RunResult",
+    "RunStatus",
+    "Runtime",
+    "StoreError",
+    "TenureError",
+    "TerminationReason",
+    "ToolContext",
+    "ToolEffect",
+    "UnknownModel",
+    "UnknownTool",
+    "Usage",
+    "__version__",
+    "providers",
+]

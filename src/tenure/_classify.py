@@ -1,0 +1,44 @@
+"""Failure classification (SPEC §3): which class a step's exception belongs to. Pure."""
+
+from __future__ import annotations
+
+import socket
+
+from tenure._types import FailureClass
+
+
+def classify(exc: BaseException) -> FailureClass:
+    """The FailureClass of an exception; anything unrecognised is `unknown` (not retryable).
+
+    Providers translate their SDK's exceptions into `ProviderError` at the source; this only
+    knows tenure's own errors and the standard library's network errors.
+    """
+    from tenure._errors import DatabaseUnavailable, ProviderError
+
+    if isinstance(exc, ProviderError):
+        return exc.failure_class
+    if isinstance(exc, DatabaseUnavailable):
+        # The step's event was not stored, so the journal resumes before it; the write
+        # path turns this into `unknown` itself (an unrecorded write is never retried).
+        return FailureClass.CONNECTION
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return FailureClass.TIMEOUT
+    if isinstance(exc, ConnectionError):
+        return FailureClass.CONNECTION
+    return FailureClass.UNKNOWN
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The server's requested wait in seconds, when the failure carried one."""
+    from tenure._errors import ProviderError
+
+    if isinstance(exc, ProviderError):
+        return exc.retry_after
+    return None
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line description for the run row's `error` column."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return line[:500]

@@ -1,0 +1,101 @@
+"""The exceptions tenure raises or understands.
+
+TenureError
+ ├── InvalidRequest (also ValueError)     bad input; nothing was stored
+ │    ├── UnknownTool                       a tool name no registered tool answers to
+ │    └── UnknownModel                      a model name no registered provider answers to
+ ├── ProviderError                          a step failed; carries its FailureClass
+ │    ├── RetryableError                    raised by a tool: fail the step, retry the run
+ │    └── FallbackExhausted                 every model of a Fallback chain failed
+ └── StoreError                             the database could not be reached or written
+      └── DatabaseUnavailable               still locked or unreachable after retries
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tenure._types import FailureClass
+
+
+class TenureError(Exception):
+    """Base class of every error tenure raises."""
+
+
+class InvalidRequest(TenureError, ValueError):
+    """A request, script or argument is malformed; nothing was stored."""
+
+
+class UnknownTool(InvalidRequest):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown tool {name!r}: no tool is registered under that name")
+        self.name = name
+
+
+class UnknownModel(InvalidRequest):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown model {name!r}: no model is registered under that name")
+        self.name = name
+
+
+class ProviderError(TenureError):
+    """A failed step, classified. `retry_after` (seconds) is honoured by the backoff."""
+
+    def __init__(
+        self,
+        failure_class: FailureClass | str,
+        message: str,
+        *,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.failure_class = FailureClass(failure_class)
+        self.message = message
+        self.retry_after = retry_after
+
+
+class RetryableError(ProviderError):
+    """Raised by a tool to fail the step and send the run through failure recovery."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        failure_class: FailureClass | str = FailureClass.SERVER_ERROR,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(failure_class, message, retry_after=retry_after)
+
+
+class FallbackExhausted(ProviderError):
+    """Every model of a chain failed; classified by the most recent attempt."""
+
+    def __init__(self, attempts: Sequence[BaseException]) -> None:
+        from tenure._classify import classify, retry_after
+
+        if not attempts:
+            raise ValueError("FallbackExhausted needs at least one attempt")
+        last = attempts[-1]
+        summary = "; ".join(f"{type(a).__name__}: {a}" for a in attempts)
+        super().__init__(
+            classify(last),
+            f"all {len(attempts)} models failed: {summary}",
+            retry_after=retry_after(last),
+        )
+        self.attempts = list(attempts)
+
+
+class StoreError(TenureError):
+    """The database refused or failed an operation."""
+
+
+class DatabaseUnavailable(StoreError):
+    """The database stayed locked or unreachable after retries."""
+
+
+class LeaseLost(Exception):
+    """Internal: a guarded write matched no row; the run belongs to someone else now."""
+
+
+class RunCancelled(Exception):
+    """Internal: the run was cancelled; the segment stops and settles nothing."""

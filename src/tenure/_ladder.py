@@ -1,0 +1,349 @@
+"""One segment of a run (SPEC §6): journal → steps → settle, or failure recovery.
+
+Every write a segment makes names its lease (owner + fencing token). A write that matches no
+row means the run is no longer ours: the segment stops at once, writes nothing more and
+settles nothing, because the row belongs to whoever holds it now.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from tenure import _policy, _requests
+from tenure._classify import classify, describe, retry_after
+from tenure._errors import LeaseLost, ProviderError, RunCancelled, UnknownModel
+from tenure._types import (
+    Event,
+    EventKind,
+    FailureClass,
+    Outcome,
+    RunRequest,
+    RunResult,
+    RunStatus,
+    TerminationReason,
+    ToolContext,
+    ToolEffect,
+    Usage,
+)
+from tenure.agent._journal import Journal, PendingCall, idempotency_key
+from tenure.agent._tools import InvalidArguments, Tool, Toolbox
+from tenure.providers._base import ModelCall, ModelReply, Provider
+from tenure.store._base import NO_USAGE, Lease, NewEvent, Settlement, Store
+
+log = logging.getLogger("tenure")
+
+
+@dataclass(frozen=True)
+class Settings:
+    lease_seconds: float = _policy.DEFAULT_LEASE_SECONDS
+    max_requeues: int = _policy.DEFAULT_MAX_REQUEUES
+    backoff_base: float = _policy.DEFAULT_BACKOFF_BASE
+    backoff_cap: float = _policy.DEFAULT_BACKOFF_CAP
+
+
+@dataclass
+class Engine:
+    store: Store
+    tools: Toolbox
+    models: dict[str, Provider]
+    settings: Settings
+
+
+class UnrecordedWrite(ProviderError):
+    """A write ran but its event could not be stored: never reported as success."""
+
+    def __init__(self, tool: str, cause: BaseException) -> None:
+        super().__init__(
+            FailureClass.UNKNOWN, f"write {tool} ran but its event was not stored: {cause}"
+        )
+
+
+@dataclass
+class Segment:
+    engine: Engine
+    lease: Lease
+    raw_request: str | None
+    requeue_count: int
+    interactive: bool = False
+    request: RunRequest | None = None
+    collect_steps: bool = True
+    _fence: ToolEffect | None = None
+    _written: list[int] = field(default_factory=list)
+    _usage: Usage = field(default_factory=Usage)
+
+    @property
+    def store(self) -> Store:
+        return self.engine.store
+
+    @property
+    def run_id(self) -> str:
+        return self.lease.run_id
+
+    # -- the ladder ----------------------------------------------------------------------
+
+    def execute(self) -> RunResult:
+        try:
+            request = self.request or _requests.from_json(self.raw_request)
+        except ValueError as exc:
+            # A payload that cannot be read can never run: fail it now, never strand it.
+            return self._recover(ProviderError(FailureClass.CONFIGURATION, str(exc)))
+        try:
+            return self._loop(request)
+        except LeaseLost:
+            return self._result(Outcome.LEASE_LOST)
+        except RunCancelled:
+            return self._result(Outcome.CANCELLED)
+        except Exception as exc:
+            return self._recover(exc)
+
+    def _loop(self, request: RunRequest) -> RunResult:
+        journal = Journal.rebuild(request, self.store.events(self.run_id))
+        provider = self.engine.models.get(request.model)
+        if provider is None:
+            raise ProviderError(FailureClass.CONFIGURATION, str(UnknownModel(request.model)))
+        while True:
+            for pending in list(journal.pending):
+                self._tool_step(request, journal, pending)
+            if journal.answers >= request.max_iterations:
+                return self._finish(TerminationReason.MAX_ITERATIONS)
+            if _over_budget(request, journal.usage):
+                return self._finish(TerminationReason.BUDGET_EXHAUSTED)
+            reply = provider.complete(
+                ModelCall(
+                    messages=list(journal.messages),
+                    tools=self.engine.tools.specs(request.tools),
+                    run_id=self.run_id,
+                    attempt=self.lease.attempt,
+                    request=request,
+                )
+            )
+            llm = NewEvent(EventKind.LLM, _llm_payload(reply))
+            if not reply.tool_calls:
+                return self._complete(reply, llm)
+            (sequence,) = self._record([llm], reply.usage)
+            journal.add_answer(sequence, reply)
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def _record(self, events: list[NewEvent], usage: Usage = NO_USAGE) -> list[int]:
+        """Heartbeat and append in one transaction (the step boundary)."""
+        sequences = self.store.record_step(
+            self.lease, self.engine.settings.lease_seconds, events, usage
+        )
+        if sequences is None:
+            self._lost()
+        self._written.extend(sequences)
+        self._usage += usage
+        return sequences
+
+    def _lost(self) -> NoReturn:
+        # Our guard matched nothing: either the run was cancelled (stop quietly) or it now
+        # belongs to someone else (stop without a trace).
+        if self.store.run_status(self.run_id) is RunStatus.CANCELLED:
+            raise RunCancelled(self.run_id)
+        raise LeaseLost(self.run_id)
+
+    def _tool_step(self, request: RunRequest, journal: Journal, pending: PendingCall) -> None:
+        call = pending.call
+        tool = self.engine.tools.get(call.name) if call.name in request.tools else None
+        effect = tool.effect if tool else ToolEffect.NON_IDEMPOTENT_WRITE
+        key = idempotency_key(self.run_id, pending.llm_sequence, pending.index)
+        started = time.monotonic()
+        result: Any = None
+        error: str | None = None
+        ran = False
+        if tool is None:
+            error = f"tool {call.name!r} is not available to this run"
+        else:
+            try:
+                values = tool.validate(call.args)
+            except InvalidArguments as exc:
+                error = str(exc)
+            else:
+                ran = True
+                result, error = self._invoke(tool, key, values)
+        payload = {
+            "name": call.name,
+            "call_id": call.id,
+            "args": call.args,
+            "effect": str(effect),
+            "result": result,
+            "error": error,
+            "idempotency_key": key,
+            "duration_ms": round((time.monotonic() - started) * 1000, 3),
+        }
+        event = NewEvent(EventKind.TOOL, payload)
+        if ran and effect.is_write:
+            self._clear_fence(call.name, event)
+        else:
+            self._record([event])
+        journal.add_result(call.id, result, error)
+
+    def _invoke(self, tool: Tool, key: str, values: dict[str, Any]) -> tuple[Any, str | None]:
+        """Run the tool, fenced when it writes. A tool's ordinary exception is its result."""
+        if tool.effect.is_write:
+            lease_for_tool = max(
+                self.engine.settings.lease_seconds, tool.timeout + _policy.FENCE_LEASE_MARGIN
+            )
+            if not self.store.mark_fence(self.lease, tool.effect, lease_for_tool):
+                self._lost()  # the write does not run: this segment holds no lease
+            self._fence = tool.effect
+        context = ToolContext(self.run_id, self.lease.attempt, key, self.lease.token, tool.effect)
+        try:
+            return _to_json_value(tool.invoke(context, values)), None
+        except ProviderError:
+            raise  # a classified failure fails the step: failure recovery decides
+        except Exception as exc:
+            return None, describe(exc)
+
+    def _clear_fence(self, name: str, event: NewEvent) -> None:
+        try:
+            sequence = self.store.clear_fence(self.lease, self.engine.settings.lease_seconds, event)
+        except Exception as exc:
+            raise UnrecordedWrite(name, exc) from exc
+        if sequence is None:
+            self._lost()
+        self._fence = None
+        self._written.append(sequence)
+
+    # -- endings -------------------------------------------------------------------------
+
+    def _complete(self, reply: ModelReply, llm: NewEvent) -> RunResult:
+        text = reply.text or ""
+        assembled = NewEvent(EventKind.ASSEMBLED, {"output": text})
+        self._settle(
+            Settlement(
+                RunStatus.COMPLETED,
+                TerminationReason.COMPLETED,
+                output=text,
+                events=(llm, assembled),
+                usage=reply.usage,
+            )
+        )
+        self._usage += reply.usage
+        return self._result(Outcome.COMPLETED, output=text)
+
+    def _finish(self, reason: TerminationReason) -> RunResult:
+        self._settle(Settlement(RunStatus.FAILED, reason, error=f"run ended: {reason}"))
+        return self._result(Outcome.FAILED)
+
+    def _settle(self, settlement: Settlement) -> None:
+        if not self.store.settle(self.lease, settlement):
+            self._lost()
+
+    def _recover(self, exc: Exception) -> RunResult:
+        failure_class = classify(exc)
+        message = describe(exc)
+        try:
+            if self.interactive:
+                self._settle(
+                    Settlement(
+                        RunStatus.FAILED,
+                        TerminationReason.PROVIDER_FAILED,
+                        error_class=failure_class,
+                        error=message,
+                    )
+                )
+                return self._result(Outcome.FAILED, error=exc)
+            return self._recover_queued(exc, failure_class, message)
+        except LeaseLost:
+            return self._result(Outcome.LEASE_LOST, error=exc)
+        except RunCancelled:
+            return self._result(Outcome.CANCELLED, error=exc)
+        except Exception as inner:
+            log.error("run %s: failure recovery failed (%s); dead-lettering", self.run_id, inner)
+            return self._dead_letter_after(exc, inner)
+
+    def _recover_queued(
+        self, exc: Exception, failure_class: FailureClass, message: str
+    ) -> RunResult:
+        settings = self.engine.settings
+        verdict = _policy.recovery(
+            failure_class, self._fence, self.requeue_count, settings.max_requeues
+        )
+        if verdict is None:
+            delay = _policy.backoff(
+                self.requeue_count,
+                base=settings.backoff_base,
+                cap=settings.backoff_cap,
+                retry_after=retry_after(exc),
+            )
+            if not self.store.requeue(self.lease, delay, failure_class, message):
+                self._lost()
+            log.info("run %s: requeued after %s, retry in %.1fs", self.run_id, message, delay)
+            return self._result(Outcome.REQUEUED, error=exc)
+        self._settle(_dead_letter(verdict, failure_class, message, "failure"))
+        log.warning("run %s: dead-lettered (%s): %s", self.run_id, verdict.reason, message)
+        return self._result(Outcome.FAILED, error=exc)
+
+    def _dead_letter_after(self, exc: Exception, inner: Exception) -> RunResult:
+        verdict = _policy.DeadLetter(
+            TerminationReason.NOT_RETRYABLE, f"failure recovery failed: {describe(inner)}"
+        )
+        try:
+            won = self.store.settle(
+                self.lease, _dead_letter(verdict, FailureClass.UNKNOWN, describe(exc), "failure")
+            )
+        except Exception as last:
+            # The database is out of reach: the lease will expire and the reaper decides.
+            log.error("run %s: cannot dead-letter either (%s)", self.run_id, last)
+            return self._result(Outcome.FAILED, error=exc)
+        return self._result(Outcome.FAILED if won else Outcome.LEASE_LOST, error=exc)
+
+    def _result(
+        self, outcome: Outcome, output: str | None = None, error: BaseException | None = None
+    ) -> RunResult:
+        steps: list[Event] = []
+        if self.collect_steps and self._written:
+            mine = set(self._written)
+            steps = [e for e in self.store.events(self.run_id, min(mine) - 1) if e.sequence in mine]
+        return RunResult(outcome, self.run_id, output, steps, error, self._usage)
+
+
+def _dead_letter(
+    verdict: _policy.DeadLetter, failure_class: FailureClass, message: str, cause: str
+) -> Settlement:
+    event = NewEvent(
+        EventKind.DEAD_LETTERED,
+        {
+            "reason": str(verdict.reason),
+            "cause": cause,
+            "error_class": str(failure_class),
+            "error": message,
+            "why": verdict.why,
+        },
+    )
+    return Settlement(
+        RunStatus.FAILED,
+        verdict.reason,
+        error_class=failure_class,
+        error=message,
+        events=(event,),
+    )
+
+
+def _llm_payload(reply: ModelReply) -> dict[str, Any]:
+    return {
+        "message": reply.message(),
+        "model": reply.model,
+        "usage": {
+            "input_tokens": reply.usage.input_tokens,
+            "output_tokens": reply.usage.output_tokens,
+            "cost": reply.usage.cost,
+        },
+    }
+
+
+def _over_budget(request: RunRequest, usage: Usage) -> bool:
+    if request.max_tokens is not None and usage.total_tokens >= request.max_tokens:
+        return True
+    return request.max_cost is not None and usage.cost >= request.max_cost
+
+
+def _to_json_value(value: Any) -> Any:
+    """The tool's return value as JSON stores it (verbatim where it is JSON already)."""
+    return json.loads(json.dumps(value, default=str))

@@ -1,0 +1,260 @@
+"""Enumerations and plain records of tenure (SPEC §3, §4, §9). No I/O, no other tenure import."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING_FOR_APPROVAL = "waiting_for_approval"
+    WAITING_FOR_INPUT = "waiting_for_input"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+class TerminationReason(StrEnum):
+    COMPLETED = "completed"
+    MAX_ITERATIONS = "max_iterations"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    POLICY_DENIED = "policy_denied"
+    APPROVAL_DENIED = "approval_denied"
+    PROVIDER_FAILED = "provider_failed"
+    CANCELLED = "cancelled"
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    NOT_RETRYABLE = "not_retryable"
+
+    @property
+    def is_dead_letter(self) -> bool:
+        return self in DEAD_LETTER_REASONS
+
+
+DEAD_LETTER_REASONS = frozenset(
+    {TerminationReason.RETRIES_EXHAUSTED, TerminationReason.NOT_RETRYABLE}
+)
+
+
+class Outcome(StrEnum):
+    """What one segment returned to its caller. Match with a default arm: values may be added."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REQUEUED = "requeued"
+    LEASE_LOST = "lease_lost"
+    AWAITING_APPROVAL = "awaiting_approval"
+    AWAITING_INPUT = "awaiting_input"
+
+
+class FailureClass(StrEnum):
+    CONNECTION = "connection"
+    TIMEOUT = "timeout"
+    RATE_LIMIT = "rate_limit"
+    AUTH = "auth"
+    CONFIGURATION = "configuration"
+    CLIENT_ERROR = "client_error"
+    SERVER_ERROR = "server_error"
+    CIRCUIT_OPEN = "circuit_open"
+    UNKNOWN = "unknown"
+
+    @property
+    def is_retryable(self) -> bool:
+        return self in RETRYABLE_CLASSES
+
+
+RETRYABLE_CLASSES = frozenset(
+    {
+        FailureClass.CONNECTION,
+        FailureClass.TIMEOUT,
+        FailureClass.RATE_LIMIT,
+        FailureClass.SERVER_ERROR,
+        FailureClass.CIRCUIT_OPEN,
+    }
+)
+
+
+class ToolEffect(StrEnum):
+    READ_ONLY = "read_only"
+    IDEMPOTENT_WRITE = "idempotent_write"
+    NON_IDEMPOTENT_WRITE = "non_idempotent_write"
+
+    @property
+    def is_write(self) -> bool:
+        return self is not ToolEffect.READ_ONLY
+
+
+class EventKind(StrEnum):
+    REQUEST = "request"
+    LLM = "llm"
+    TOOL = "tool"
+    ASSEMBLED = "assembled"
+    APPROVAL = "approval"
+    INPUT = "input"
+    CLAIMED = "claimed"
+    REQUEUED = "requeued"
+    DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"
+    REDRIVEN = "redriven"
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cost + other.cost,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+_EMPTY_WHEN_NONE = ("termination_reason", "pending_effect", "error_class")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run row (SPEC §4). `request` is None in what `status()` and `runs()` return."""
+
+    id: str
+    queue: str
+    status: RunStatus
+    termination_reason: TerminationReason | None
+    request: dict[str, Any] | None
+    idempotency_key: str | None
+    claimed_by: str
+    lease_expires: datetime | None
+    lease_token: int
+    requeue_count: int
+    available_at: datetime
+    pending_effect: ToolEffect | None
+    attempt: int
+    error_class: FailureClass | None
+    error: str
+    output: str | None
+    input_tokens: int
+    output_tokens: int
+    cost: float
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+
+    @property
+    def is_dead_letter(self) -> bool:
+        return self.status is RunStatus.FAILED and self.termination_reason in DEAD_LETTER_REASONS
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as JSON-ready values keyed by the SPEC §4 names (times as ISO-8601)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif value is None and f.name in _EMPTY_WHEN_NONE:
+                value = ""
+            out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class Event:
+    run_id: str
+    sequence: int
+    attempt: int
+    kind: EventKind
+    payload: dict[str, Any]
+    created_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "sequence": self.sequence,
+            "attempt": self.attempt,
+            "kind": str(self.kind),
+            "payload": self.payload,
+            "created_at": self.created_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What to run. Validated by `Runtime.enqueue` / `Runtime.run` (bad input raises ValueError).
+
+    `script` carries the turns of the `Scripted` provider so that any worker can execute it.
+    `max_tokens` and `max_cost` are budgets counted across all attempts of the run.
+    """
+
+    prompt: str
+    model: str = "default"
+    tools: tuple[str, ...] | list[str] = ()
+    max_iterations: int = 10
+    queue: str = "default"
+    idempotency_key: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    script: list[dict[str, Any]] | None = None
+    system: str | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tools, list):
+            object.__setattr__(self, "tools", tuple(self.tools))
+
+
+@dataclass(frozen=True)
+class ReapReport:
+    requeued: int = 0
+    dead_lettered: int = 0
+    skipped: int = 0
+
+    def __add__(self, other: ReapReport) -> ReapReport:
+        return ReapReport(
+            self.requeued + other.requeued,
+            self.dead_lettered + other.dead_lettered,
+            self.skipped + other.skipped,
+        )
+
+
+@dataclass(frozen=True)
+class RunResult:
+    outcome: Outcome
+    run_id: str
+    output: str | None = None
+    steps: list[Event] = field(default_factory=list)
+    error: BaseException | None = None
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Given to a tool whose first parameter is annotated `tenure.ToolContext`.
+
+    Pass `idempotency_key` (stable across attempts) and `fencing_token` (grows with every
+    claim) to the outside system so that a repeated or late write can be recognised there.
+    """
+
+    run_id: str
+    attempt: int
+    idempotency_key: str
+    fencing_token: int
+    effect: ToolEffect

@@ -1,0 +1,237 @@
+"""The worker loop: claim into free slots, execute segments on threads, reap periodically,
+drain on SIGTERM/SIGINT.
+
+Claims are batched: one claim transaction fills every free slot at once. A claimed run goes
+straight to an idle slot thread, so no lease is held by a run that waits in a buffer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+
+from tenure import _policy
+from tenure._classify import describe
+from tenure._errors import StoreError
+from tenure._ladder import Engine, Segment, _dead_letter
+from tenure._reaper import Reaper
+from tenure._types import FailureClass, Outcome, ToolEffect
+from tenure.store._base import Claimed
+
+log = logging.getLogger("tenure.worker")
+
+DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_GRACE_SECONDS = 30.0
+_worker_numbers = itertools.count(1)
+
+
+def worker_identity() -> str:
+    return f"worker:{socket.gethostname()}:{os.getpid()}:{next(_worker_numbers)}"
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    released: int = 0
+    reaped: int = 0
+
+    def count(self, outcome: Outcome) -> None:
+        self.outcomes[str(outcome)] = self.outcomes.get(str(outcome), 0) + 1
+
+
+class Worker:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        concurrency: int = 4,
+        queues: Sequence[str] | None = None,
+        burst: bool = False,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        reap_interval: float | None = None,
+        grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.engine = engine
+        self.concurrency = concurrency
+        self.queues = list(queues) if queues else None
+        self.burst = burst
+        self.poll_interval = poll_interval
+        self.reap_interval = reap_interval or engine.settings.lease_seconds / 4
+        self.grace_seconds = grace_seconds
+        self.identity = worker_identity()
+        self.stats = WorkerStats()
+        self._jobs: queue.SimpleQueue[Claimed | None] = queue.SimpleQueue()
+        self._active: dict[str, Segment] = {}
+        self._lock = threading.Lock()
+        self._inflight = 0
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._grace_over = threading.Event()
+        self._reaper = Reaper(engine.store, engine.settings.max_requeues)
+
+    # -- control -------------------------------------------------------------------------
+
+    def stop(self, *, immediately: bool = False) -> None:
+        """Stop claiming; in-flight runs get the grace period (none when `immediately`)."""
+        self._stopping.set()
+        if immediately:
+            self._grace_over.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    @property
+    def inflight(self) -> int:
+        with self._lock:
+            return self._inflight
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self) -> WorkerStats:
+        slots = [
+            threading.Thread(target=self._slot, name=f"tenure-slot-{i}", daemon=True)
+            for i in range(self.concurrency)
+        ]
+        reaper = threading.Thread(target=self._reap_loop, name="tenure-reaper", daemon=True)
+        for thread in [*slots, reaper]:
+            thread.start()
+        log.info("%s started: concurrency %d", self.identity, self.concurrency)
+        with self._signals():
+            try:
+                self._claim_loop()
+            finally:
+                self._drain()
+                for _ in slots:
+                    self._jobs.put(None)
+        return self.stats
+
+    def _claim_loop(self) -> None:
+        while not self._stopping.is_set():
+            free = self.concurrency - self.inflight
+            claimed: list[Claimed] = []
+            if free > 0:
+                claimed = self._claim(free)
+                if claimed:
+                    continue
+                if self.burst and self.inflight == 0:
+                    return
+            self._wake.wait(self.poll_interval)
+            self._wake.clear()
+
+    def _claim(self, limit: int) -> list[Claimed]:
+        try:
+            claimed = self.engine.store.claim(
+                self.identity, self.queues, self.engine.settings.lease_seconds, limit
+            )
+        except StoreError as exc:
+            log.warning("%s: claim failed (%s); retrying", self.identity, describe(exc))
+            time.sleep(self.poll_interval)
+            return []
+        with self._lock:
+            self._inflight += len(claimed)
+        self.stats.claimed += len(claimed)
+        for item in claimed:
+            self._jobs.put(item)
+        return claimed
+
+    def _slot(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            segment = Segment(
+                self.engine,
+                item.lease,
+                item.request,
+                item.requeue_count,
+                collect_steps=False,
+            )
+            with self._lock:
+                self._active[item.lease.run_id] = segment
+            try:
+                result = segment.execute()
+                self.stats.count(result.outcome)
+            except Exception:  # a bug must not kill the slot; the lease will expire
+                log.exception("run %s: segment crashed", item.lease.run_id)
+            finally:
+                with self._lock:
+                    self._active.pop(item.lease.run_id, None)
+                    self._inflight -= 1
+                self._wake.set()
+
+    def _reap_loop(self) -> None:
+        while not self._stopping.wait(self.reap_interval):
+            try:
+                report = self._reaper.run_once()
+            except Exception as exc:
+                log.warning("reaper pass failed: %s", describe(exc))
+                continue
+            self.stats.reaped += report.requeued + report.dead_lettered
+            if report.requeued:
+                self._wake.set()
+
+    # -- drain ---------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Wait for in-flight runs up to the grace period, then hand the rest back."""
+        deadline = time.monotonic() + self.grace_seconds
+        while self.inflight and not self._grace_over.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._wake.wait(min(remaining, 0.1))
+            self._wake.clear()
+        with self._lock:
+            leftover = list(self._active.values())
+        for segment in leftover:
+            self._hand_back(segment)
+
+    def _hand_back(self, segment: Segment) -> None:
+        # `release` refuses a run whose non-idempotent fence stands (in the same UPDATE, so a
+        # fence stamped this instant is seen): that run is dead-lettered instead, because
+        # the write may be happening right now.
+        store = self.engine.store
+        if store.release(segment.lease):
+            self.stats.released += 1
+            log.info("run %s handed back to the queue (drain)", segment.run_id)
+            return
+        verdict = _policy.drain(ToolEffect.NON_IDEMPOTENT_WRITE)
+        assert verdict is not None
+        # Guarded by our lease: if the run finished or left us meanwhile, this applies to nothing.
+        settlement = _dead_letter(verdict, FailureClass.UNKNOWN, verdict.why, "drain")
+        if store.settle(segment.lease, settlement):
+            log.warning("run %s dead-lettered on drain: %s", segment.run_id, verdict.why)
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            first = not self._stopping.is_set()
+            log.warning(
+                "%s: %s received, %s",
+                self.identity,
+                signal.Signals(signum).name,
+                f"draining (grace {self.grace_seconds:g}s)" if first else "stopping now",
+            )
+            self.stop(immediately=not first)
+
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)

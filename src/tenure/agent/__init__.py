@@ -1,0 +1,1 @@
+"""The agent loop's parts: tools and their schemas, the journal."""

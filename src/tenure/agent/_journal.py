@@ -1,0 +1,88 @@
+"""The transcript of a run rebuilt from its events (SPEC §8: journal resume).
+
+A new segment continues from the first step that has no event: tool calls of the last
+recorded model turn that have no `tool` event yet are executed, then the model is called.
+Completed steps are never executed again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tenure._types import Event, EventKind, RunRequest, Usage
+from tenure.providers._base import ModelReply, ToolCall
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    call: ToolCall
+    llm_sequence: int
+    index: int
+
+
+def idempotency_key(run_id: str, llm_sequence: int, index: int) -> str:
+    """`RUN_ID:SEQUENCE` of the model turn that made the call (`.INDEX` past its first call).
+
+    The same on every attempt, because the model turn's event never moves.
+    """
+    return f"{run_id}:{llm_sequence}" if index == 0 else f"{run_id}:{llm_sequence}.{index}"
+
+
+def tool_message(call_id: str, result: Any, error: str | None) -> dict[str, Any]:
+    content = {"error": error} if error is not None else {"result": result}
+    return {
+        "role": "tool",
+        "tool_call_id": call_id,
+        "content": json.dumps(content, default=str, ensure_ascii=False),
+    }
+
+
+@dataclass
+class Journal:
+    messages: list[dict[str, Any]]
+    answers: int = 0
+    usage: Usage = field(default_factory=Usage)
+    pending: list[PendingCall] = field(default_factory=list)
+
+    @classmethod
+    def rebuild(cls, request: RunRequest, events: Iterable[Event]) -> Journal:
+        messages: list[dict[str, Any]] = []
+        if request.system:
+            messages.append({"role": "system", "content": request.system})
+        messages.append({"role": "user", "content": request.prompt})
+        journal = cls(messages)
+        for event in events:
+            if event.kind is EventKind.LLM:
+                journal._add_turn(event.sequence, event.payload["message"])
+                journal.usage += Usage(**event.payload.get("usage", {}))
+            elif event.kind is EventKind.TOOL:
+                p = event.payload
+                journal.add_result(p["call_id"], p.get("result"), p.get("error"))
+        return journal
+
+    def _add_turn(self, sequence: int, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+        self.answers += 1
+        self.pending = [
+            PendingCall(
+                ToolCall(
+                    id=c["id"],
+                    name=c["function"]["name"],
+                    args=json.loads(c["function"]["arguments"] or "{}"),
+                ),
+                sequence,
+                i,
+            )
+            for i, c in enumerate(message.get("tool_calls") or [])
+        ]
+
+    def add_answer(self, sequence: int, reply: ModelReply) -> None:
+        self._add_turn(sequence, reply.message())
+        self.usage += reply.usage
+
+    def add_result(self, call_id: str, result: Any, error: str | None) -> None:
+        self.messages.append(tool_message(call_id, result, error))
+        self.pending = [p for p in self.pending if p.call.id != call_id]

@@ -1,0 +1,158 @@
+"""A deterministic provider for tests and the demo (SPEC §12).
+
+A script is a list of turns:
+
+- `{"say": TEXT}`: the final answer;
+- `{"call": [{"tool": NAME, "args": {...}}, ...]}`: tool calls;
+- `{"fail": FAILURE_CLASS, "attempts": [0, 1], "retry_after": S}`: the model call fails with
+  that class on the listed attempts (on every attempt when `attempts` is absent);
+- `{"sleep": SECONDS}`: the model call takes that long.
+
+`say` and `call` turns answer a model call; `fail` and `sleep` turns happen on the way to
+the next answering turn. The position in the script is the number of answers already in
+the transcript, so a resumed run continues where its journal ends.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tenure._errors import InvalidRequest, ProviderError
+from tenure._types import FailureClass, Usage
+from tenure.providers._base import ModelCall, ModelReply, ToolCall
+
+MAX_SLEEP_SECONDS = 3600.0
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Usage(_Strict):
+    input_tokens: int = Field(0, ge=0)
+    output_tokens: int = Field(0, ge=0)
+    cost: float = Field(0.0, ge=0)
+
+
+class _Say(_Strict):
+    say: str
+    usage: _Usage | None = None
+
+
+class _CallItem(_Strict):
+    tool: Annotated[str, Field(min_length=1)]
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class _Call(_Strict):
+    call: Annotated[list[_CallItem], Field(min_length=1)]
+    usage: _Usage | None = None
+
+
+class _Fail(_Strict):
+    fail: FailureClass
+    attempts: list[Annotated[int, Field(ge=0)]] | None = None
+    retry_after: Annotated[float, Field(ge=0)] | None = None
+    message: str | None = None
+
+
+class _Sleep(_Strict):
+    sleep: Annotated[float, Field(ge=0, le=MAX_SLEEP_SECONDS)]
+
+
+Turn = _Say | _Call | _Fail | _Sleep
+_KIND: dict[str, type[_Strict]] = {"say": _Say, "call": _Call, "fail": _Fail, "sleep": _Sleep}
+
+
+def parse_script(script: Any) -> list[Turn]:
+    """Validate a script; a malformed one raises InvalidRequest naming the bad turn."""
+    if not isinstance(script, list):
+        raise InvalidRequest("a script must be a JSON array of turns")
+    turns: list[Turn] = []
+    for index, raw in enumerate(script):
+        kinds = [k for k in _KIND if isinstance(raw, dict) and k in raw]
+        if len(kinds) != 1:
+            raise InvalidRequest(
+                f"script turn {index}: expected exactly one of say, call, fail, sleep; got {raw!r}"[
+                    :300
+                ]
+            )
+        try:
+            turns.append(_KIND[kinds[0]].model_validate(raw))  # type: ignore[arg-type]
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InvalidRequest(
+                f"script turn {index} ({kinds[0]}): {where or 'turn'}: {first['msg']}"
+            ) from None
+    return turns
+
+
+def _estimate(call: ModelCall, text: str) -> Usage:
+    prompt_chars = sum(len(str(m.get("content") or "")) for m in call.messages)
+    return Usage(input_tokens=prompt_chars // 4 + 1, output_tokens=len(text) // 4 + 1)
+
+
+class Scripted:
+    """Plays a script: the request's own `script`, else the one given here."""
+
+    def __init__(self, script: list[dict[str, Any]] | None = None) -> None:
+        self._script = parse_script(script) if script is not None else None
+
+    def complete(self, call: ModelCall) -> ModelReply:
+        raw = call.request.script
+        turns = parse_script(raw) if raw is not None else self._script
+        if turns is None:
+            raise ProviderError(
+                FailureClass.CONFIGURATION, "Scripted model: the request carries no script"
+            )
+        answered = sum(1 for m in call.messages if m.get("role") == "assistant")
+        for turn in self._turns_before_answer(turns, answered):
+            if isinstance(turn, _Sleep):
+                time.sleep(turn.sleep)
+            elif isinstance(turn, _Fail) and (
+                turn.attempts is None or call.attempt in turn.attempts
+            ):
+                raise ProviderError(
+                    turn.fail,
+                    turn.message or f"scripted {turn.fail} failure",
+                    retry_after=turn.retry_after,
+                )
+            elif isinstance(turn, _Say | _Call):
+                return self._reply(call, turn, answered)
+        raise ProviderError(
+            FailureClass.CONFIGURATION,
+            f"Scripted model: the script has no answer left after {answered} answers",
+        )
+
+    @staticmethod
+    def _turns_before_answer(turns: list[Turn], answered: int) -> list[Turn]:
+        """The turns from just after answer number `answered - 1` through the next answer."""
+        seen = 0
+        start = 0
+        for index, turn in enumerate(turns):
+            if isinstance(turn, _Say | _Call):
+                if seen == answered:
+                    return turns[start : index + 1]
+                seen += 1
+                start = index + 1
+        return turns[start:]
+
+    @staticmethod
+    def _reply(call: ModelCall, turn: _Say | _Call, answered: int) -> ModelReply:
+        if isinstance(turn, _Say):
+            usage = Usage(**turn.usage.model_dump()) if turn.usage else _estimate(call, turn.say)
+            return ModelReply(text=turn.say, usage=usage, model="scripted")
+        calls = tuple(
+            ToolCall(id=f"call_{answered}_{i}", name=item.tool, args=dict(item.args))
+            for i, item in enumerate(turn.call)
+        )
+        usage = (
+            Usage(**turn.usage.model_dump())
+            if turn.usage
+            else _estimate(call, str([c.args for c in calls]))
+        )
+        return ModelReply(text=None, tool_calls=calls, usage=usage, model="scripted")

@@ -1,0 +1,165 @@
+"""The store protocol: one method per guarded transition of SPEC §5 and §7.
+
+Every method that changes a run is a single compare-and-set inside one transaction and
+reports whether it applied; the runtime never learns which database it talks to. Events
+appended by a method are written in the same transaction as the transition they record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from tenure._types import (
+    Event,
+    EventKind,
+    FailureClass,
+    Run,
+    RunStatus,
+    TerminationReason,
+    ToolEffect,
+    Usage,
+)
+
+NO_USAGE = Usage()
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What a segment holds: the run, who it is, and the fencing token of its claim."""
+
+    run_id: str
+    owner: str
+    token: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Claimed:
+    lease: Lease
+    request: str | None  # raw JSON as stored; parsing it is the runtime's job
+    requeue_count: int
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    kind: EventKind
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NewRun:
+    run_id: str
+    queue: str
+    request: str | None  # JSON; None for an interactive run
+    idempotency_key: str | None
+    delay: float = 0.0
+    events: Sequence[NewEvent] = ()
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """A terminal state. A dead-letter keeps the request (for redrive) and the fence."""
+
+    status: RunStatus
+    reason: TerminationReason
+    output: str | None = None
+    error_class: FailureClass | None = None
+    error: str = ""
+    events: Sequence[NewEvent] = field(default_factory=tuple)
+    usage: Usage = field(default_factory=Usage)
+
+    @property
+    def is_dead_letter(self) -> bool:
+        return self.reason.is_dead_letter
+
+
+@dataclass(frozen=True)
+class StaleRun:
+    run_id: str
+    lease_token: int
+    pending_effect: ToolEffect | None
+    has_request: bool
+    requeue_count: int
+
+
+class Store(Protocol):
+    url: str
+
+    def migrate(self) -> None:
+        """Create or migrate the schema forward; never destructive."""
+
+    def schema_version(self) -> int: ...
+
+    def now(self) -> datetime:
+        """The database's clock."""
+
+    def enqueue(self, run: NewRun) -> tuple[str, bool]:
+        """Insert a queued run; with a taken idempotency key return (existing id, False)."""
+
+    def enqueue_many(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]: ...
+
+    def start(self, run: NewRun, owner: str, lease_seconds: float) -> Lease:
+        """Insert an interactive run already running under `owner` with token 1."""
+
+    def claim(
+        self, owner: str, queues: Sequence[str] | None, lease_seconds: float, limit: int
+    ) -> list[Claimed]:
+        """Claim up to `limit` claimable runs; each goes to exactly one claimer."""
+
+    def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> Claimed | None: ...
+
+    def record_step(
+        self,
+        lease: Lease,
+        lease_seconds: float,
+        events: Sequence[NewEvent],
+        usage: Usage = NO_USAGE,
+    ) -> list[int] | None:
+        """Heartbeat + append events in one transaction; None if the lease is lost."""
+
+    def mark_fence(self, lease: Lease, effect: ToolEffect, lease_seconds: float) -> bool: ...
+
+    def clear_fence(self, lease: Lease, lease_seconds: float, event: NewEvent) -> int | None:
+        """Clear the fence and append the write's event in one transaction."""
+
+    def requeue(
+        self, lease: Lease, delay: float, error_class: FailureClass, error: str
+    ) -> bool: ...
+
+    def release(self, lease: Lease) -> bool:
+        """Hand a run back to the queue without charging its requeue budget (drain)."""
+
+    def settle(self, lease: Lease, settlement: Settlement) -> bool: ...
+
+    def cancel(self, run_id: str) -> bool: ...
+
+    def stale_runs(self, limit: int) -> list[StaleRun]: ...
+
+    def requeue_stale(self, run_id: str, seen_token: int) -> bool: ...
+
+    def dead_letter_stale(
+        self, run_id: str, seen_token: int, reason: TerminationReason, error: str
+    ) -> bool: ...
+
+    def redrive(self, run_id: str, force: bool) -> bool: ...
+
+    def purge(self, older_than_seconds: float) -> int: ...
+
+    def get_run(self, run_id: str, with_request: bool = False) -> Run | None: ...
+
+    def run_status(self, run_id: str) -> RunStatus | None: ...
+
+    def events(self, run_id: str, after: int = -1) -> list[Event]: ...
+
+    def runs(
+        self,
+        status: RunStatus | None = None,
+        reason: TerminationReason | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[Run]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,353 @@
+"""The transitions of SPEC §5 and §7, written once for every SQL dialect.
+
+A dialect supplies its named queries (`store/sql/<dialect>/queries.sql`), a way to run a
+function inside one write transaction, reads, and the conversion of its time values. Each
+transition is one guarded UPDATE that RETURNs `(last_sequence, attempt)` when it applied;
+the events that record it are inserted in the same transaction at the sequences it reserved.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from tenure._types import (
+    Event,
+    EventKind,
+    FailureClass,
+    Run,
+    RunStatus,
+    TerminationReason,
+    ToolEffect,
+    Usage,
+)
+from tenure.store._base import NO_USAGE, Claimed, Lease, NewEvent, NewRun, Settlement, StaleRun
+from tenure.store._rows import dumps, event_from_row, run_from_row
+
+T = TypeVar("T")
+ClaimRow = tuple[str, int, int, str | None, int, int]
+
+
+class Cursor(Protocol):
+    """What sqlite3 and psycopg cursors have in common, as far as the store uses them."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def execute(self, sql: str, params: Any = ..., /) -> Any: ...
+
+    def executemany(self, sql: str, params: Any, /) -> Any: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+def lifecycle(kind: EventKind, **payload: Any) -> NewEvent:
+    return NewEvent(kind, payload)
+
+
+class SQLStore(ABC):
+    url: str
+    _q: dict[str, str]
+
+    @abstractmethod
+    def _write(self, fn: Callable[[Cursor], T]) -> T:
+        """Run `fn` in one write transaction; retried whole on a transient failure."""
+
+    @abstractmethod
+    def _read(self, sql: str, params: dict[str, Any]) -> list[Any]: ...
+
+    @abstractmethod
+    def _time(self, value: Any) -> datetime | None:
+        """A time value of this dialect as an aware UTC datetime."""
+
+    @abstractmethod
+    def _queues_param(self, queues: Sequence[str] | None) -> Any: ...
+
+    @abstractmethod
+    def migrate(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def now(self) -> datetime:
+        value = self._time(self._read(self._q["now"], {})[0][0])
+        assert value is not None
+        return value
+
+    # -- events --------------------------------------------------------------------------
+
+    def _append(
+        self, cur: Cursor, run_id: str, last: int, attempt: int, events: Sequence[NewEvent]
+    ) -> list[int]:
+        first = last - len(events) + 1
+        cur.executemany(
+            self._q["insert_event"],
+            [
+                {
+                    "run_id": run_id,
+                    "sequence": first + i,
+                    "attempt": attempt,
+                    "kind": str(e.kind),
+                    "payload": dumps(e.payload),
+                }
+                for i, e in enumerate(events)
+            ],
+        )
+        return list(range(first, last + 1))
+
+    def _guarded(
+        self, name: str, params: dict[str, Any], run_id: str, events: Sequence[NewEvent]
+    ) -> list[int] | None:
+        """One guarded UPDATE that RETURNs (last_sequence, attempt), then its events."""
+
+        def tx(cur: Cursor) -> list[int] | None:
+            row = cur.execute(self._q[name], params).fetchone()
+            if row is None:
+                return None
+            return self._append(cur, run_id, row[0], row[1], events)
+
+        return self._write(tx)
+
+    @staticmethod
+    def _lease_params(lease: Lease) -> dict[str, Any]:
+        return {"id": lease.run_id, "owner": lease.owner, "token": lease.token}
+
+    # -- transitions ---------------------------------------------------------------------
+
+    def enqueue(self, run: NewRun) -> tuple[str, bool]:
+        return self.enqueue_many([run])[0]
+
+    def enqueue_many(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
+        def tx(cur: Cursor) -> list[tuple[str, bool]]:
+            out = []
+            for run in runs:
+                row = cur.execute(
+                    self._q["enqueue"],
+                    {
+                        "id": run.run_id,
+                        "queue": run.queue,
+                        "request": run.request,
+                        "idempotency_key": run.idempotency_key,
+                        "delay": run.delay,
+                        "last_sequence": len(run.events) - 1,
+                    },
+                ).fetchone()
+                if row is None:
+                    existing = cur.execute(
+                        self._q["find_by_idempotency_key"],
+                        {"idempotency_key": run.idempotency_key},
+                    ).fetchone()
+                    out.append((existing[0], False))
+                    continue
+                self._append(cur, run.run_id, len(run.events) - 1, 0, run.events)
+                out.append((run.run_id, True))
+            return out
+
+        return self._write(tx)
+
+    def start(self, run: NewRun, owner: str, lease_seconds: float) -> Lease:
+        def tx(cur: Cursor) -> None:
+            cur.execute(
+                self._q["start"],
+                {
+                    "id": run.run_id,
+                    "queue": run.queue,
+                    "request": run.request,
+                    "idempotency_key": run.idempotency_key,
+                    "owner": owner,
+                    "lease": lease_seconds,
+                    "last_sequence": len(run.events) - 1,
+                },
+            )
+            self._append(cur, run.run_id, len(run.events) - 1, 0, run.events)
+
+        self._write(tx)
+        return Lease(run.run_id, owner, 1, 0)
+
+    def _claimed(self, cur: Cursor, rows: Sequence[ClaimRow], owner: str) -> list[Claimed]:
+        out = []
+        for run_id, token, attempt, request, requeue_count, last in rows:
+            event = NewEvent(
+                EventKind.CLAIMED, {"worker": owner, "lease_token": token, "attempt": attempt}
+            )
+            self._append(cur, run_id, last, attempt, [event])
+            out.append(Claimed(Lease(run_id, owner, token, attempt), request, requeue_count))
+        return out
+
+    def claim(
+        self, owner: str, queues: Sequence[str] | None, lease_seconds: float, limit: int
+    ) -> list[Claimed]:
+        params = {
+            "owner": owner,
+            "lease": lease_seconds,
+            "limit": limit,
+            "queues": self._queues_param(queues),
+        }
+        return self._write(
+            lambda cur: self._claimed(cur, cur.execute(self._q["claim"], params).fetchall(), owner)
+        )
+
+    def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> Claimed | None:
+        params = {"id": run_id, "owner": owner, "lease": lease_seconds}
+        claimed = self._write(
+            lambda cur: self._claimed(
+                cur, cur.execute(self._q["claim_run"], params).fetchall(), owner
+            )
+        )
+        return claimed[0] if claimed else None
+
+    def record_step(
+        self,
+        lease: Lease,
+        lease_seconds: float,
+        events: Sequence[NewEvent],
+        usage: Usage = NO_USAGE,
+    ) -> list[int] | None:
+        params = {
+            **self._lease_params(lease),
+            "lease": lease_seconds,
+            "n": len(events),
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cost": usage.cost,
+        }
+        return self._guarded("record_step", params, lease.run_id, events)
+
+    def mark_fence(self, lease: Lease, effect: ToolEffect, lease_seconds: float) -> bool:
+        params = {**self._lease_params(lease), "effect": str(effect), "lease": lease_seconds}
+        return self._guarded("mark_fence", params, lease.run_id, []) is not None
+
+    def clear_fence(self, lease: Lease, lease_seconds: float, event: NewEvent) -> int | None:
+        params = {**self._lease_params(lease), "lease": lease_seconds}
+        seqs = self._guarded("clear_fence", params, lease.run_id, [event])
+        return seqs[0] if seqs else None
+
+    def requeue(self, lease: Lease, delay: float, error_class: FailureClass, error: str) -> bool:
+        params = {
+            **self._lease_params(lease),
+            "delay": delay,
+            "error_class": str(error_class),
+            "error": error,
+        }
+        event = lifecycle(
+            EventKind.REQUEUED,
+            cause="failure",
+            error_class=str(error_class),
+            error=error,
+            delay=round(delay, 3),
+        )
+        return self._guarded("requeue", params, lease.run_id, [event]) is not None
+
+    def release(self, lease: Lease) -> bool:
+        event = lifecycle(EventKind.REQUEUED, cause="drain", worker=lease.owner)
+        return (
+            self._guarded("release", self._lease_params(lease), lease.run_id, [event]) is not None
+        )
+
+    def settle(self, lease: Lease, settlement: Settlement) -> bool:
+        params = {
+            **self._lease_params(lease),
+            "status": str(settlement.status),
+            "reason": str(settlement.reason),
+            "output": settlement.output,
+            "error_class": str(settlement.error_class or ""),
+            "error": settlement.error,
+            "keep": settlement.is_dead_letter,
+            "n": len(settlement.events),
+            "input_tokens": settlement.usage.input_tokens,
+            "output_tokens": settlement.usage.output_tokens,
+            "cost": settlement.usage.cost,
+        }
+        return self._guarded("settle", params, lease.run_id, settlement.events) is not None
+
+    def cancel(self, run_id: str) -> bool:
+        event = lifecycle(EventKind.CANCELLED)
+        return self._guarded("cancel", {"id": run_id}, run_id, [event]) is not None
+
+    def stale_runs(self, limit: int) -> list[StaleRun]:
+        return [
+            StaleRun(
+                run_id=row[0],
+                lease_token=int(row[1]),
+                pending_effect=ToolEffect(row[2]) if row[2] else None,
+                has_request=bool(row[3]),
+                requeue_count=int(row[4]),
+            )
+            for row in self._read(self._q["stale_runs"], {"limit": limit})
+        ]
+
+    def requeue_stale(self, run_id: str, seen_token: int) -> bool:
+        error = "lease expired: the worker stopped renewing it"
+        event = lifecycle(EventKind.REQUEUED, cause="stale", lease_token=seen_token)
+        params = {"id": run_id, "token": seen_token, "error": error}
+        return self._guarded("requeue_stale", params, run_id, [event]) is not None
+
+    def dead_letter_stale(
+        self, run_id: str, seen_token: int, reason: TerminationReason, error: str
+    ) -> bool:
+        event = lifecycle(
+            EventKind.DEAD_LETTERED,
+            reason=str(reason),
+            cause="stale",
+            error=error,
+            lease_token=seen_token,
+        )
+        params = {"id": run_id, "token": seen_token, "reason": str(reason), "error": error}
+        return self._guarded("dead_letter_stale", params, run_id, [event]) is not None
+
+    def redrive(self, run_id: str, force: bool) -> bool:
+        def tx(cur: Cursor) -> bool:
+            fence = cur.execute(self._q["fence_of"], {"id": run_id}).fetchone()
+            row = cur.execute(self._q["redrive"], {"id": run_id, "force": force}).fetchone()
+            if row is None:
+                return False
+            prior = fence[0] if fence else ""
+            event = lifecycle(EventKind.REDRIVEN, force=force, pending_effect=prior)
+            self._append(cur, run_id, row[0], row[1], [event])
+            return True
+
+        return self._write(tx)
+
+    def purge(self, older_than_seconds: float) -> int:
+        def tx(cur: Cursor) -> int:
+            cutoff = cur.execute(self._q["purge_cutoff"], {"age": older_than_seconds}).fetchone()[0]
+            cur.execute(self._q["purge_events"], {"cutoff": cutoff})
+            return int(cur.execute(self._q["purge_runs"], {"cutoff": cutoff}).rowcount)
+
+        return self._write(tx)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get_run(self, run_id: str, with_request: bool = False) -> Run | None:
+        rows = self._read(self._q["get_run"], {"id": run_id})
+        if not rows:
+            return None
+        row = rows[0] if with_request else (*rows[0][:-1], None)
+        return run_from_row(row, self._time)
+
+    def run_status(self, run_id: str) -> RunStatus | None:
+        rows = self._read(self._q["run_status"], {"id": run_id})
+        return RunStatus(rows[0][0]) if rows else None
+
+    def events(self, run_id: str, after: int = -1) -> list[Event]:
+        rows = self._read(self._q["events"], {"id": run_id, "after": after})
+        return [event_from_row(row, self._time) for row in rows]
+
+    def runs(
+        self,
+        status: RunStatus | None = None,
+        reason: TerminationReason | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[Run]:
+        params = {
+            "status": str(status) if status else None,
+            "reason": str(reason) if reason else None,
+            "queue": queue,
+            "limit": limit,
+        }
+        return [run_from_row(row, self._time) for row in self._read(self._q["runs"], params)]

@@ -1,0 +1,65 @@
+"""Loads a dialect's named queries and migrations from `store/sql/<dialect>/`."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+RUN_COLUMNS = (
+    "id",
+    "queue",
+    "status",
+    "termination_reason",
+    "idempotency_key",
+    "claimed_by",
+    "lease_expires",
+    "lease_token",
+    "requeue_count",
+    "available_at",
+    "pending_effect",
+    "attempt",
+    "error_class",
+    "error",
+    "output",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "updated_at",
+)
+
+_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
+
+
+def _dir(dialect: str) -> resources.abc.Traversable:
+    return resources.files("tenure.store").joinpath("sql", dialect)
+
+
+@cache
+def queries(dialect: str, **macros: str) -> dict[str, str]:
+    """`-- name: x` blocks of `queries.sql`, with `{macro}`s filled in."""
+    text = _dir(dialect).joinpath("queries.sql").read_text(encoding="utf-8")
+    parts = _NAME.split(text)
+    found: dict[str, str] = {}
+    filled = {"run_columns": ", ".join(RUN_COLUMNS), **macros}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
+        sql = "\n".join(lines).strip().rstrip(";")
+        for key, value in filled.items():
+            sql = sql.replace("{" + key + "}", value)
+        found[name] = sql
+    return found
+
+
+def migrations(dialect: str) -> list[tuple[int, str]]:
+    """(version, script) of every `NNNN_name.sql`, in order."""
+    found = []
+    for entry in _dir(dialect).iterdir():
+        match = _MIGRATION.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.read_text(encoding="utf-8")))
+    return sorted(found)

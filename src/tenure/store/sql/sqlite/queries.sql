@@ -1,0 +1,200 @@
+-- Named queries of the SQLite store. `{now}` is SQLite's own clock in epoch seconds and
+-- `{run_columns}` the columns a Run is built from; the loader fills both in.
+-- Every statement that changes a run names its guard in its WHERE clause and RETURNs what
+-- it changed, so the caller learns whether it won.
+
+-- name: now
+-- The database's clock.
+SELECT {now};
+
+-- name: enqueue
+-- A queued run; a taken idempotency key inserts nothing.
+INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
+                         last_sequence, created_at, updated_at)
+VALUES (:id, :queue, 'queued', :request, :idempotency_key, {now} + :delay,
+        :last_sequence, {now}, {now})
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id;
+
+-- name: find_by_idempotency_key
+SELECT id FROM tenure_runs WHERE idempotency_key = :idempotency_key;
+
+-- name: start
+-- An interactive run, running from birth under its caller's lease (token 1).
+INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, claimed_by,
+                         lease_expires, lease_token, available_at, last_sequence,
+                         created_at, started_at, updated_at)
+VALUES (:id, :queue, 'running', :request, :idempotency_key, :owner,
+        {now} + :lease, 1, {now}, :last_sequence, {now}, {now}, {now});
+
+-- name: insert_event
+INSERT INTO tenure_events (run_id, sequence, attempt, kind, payload, created_at)
+VALUES (:run_id, :sequence, :attempt, :kind, :payload, {now});
+
+-- name: claim
+-- Claim up to :limit claimable runs. The writer lock taken by BEGIN IMMEDIATE makes the
+-- subquery and the update one step: no other claimer can see these rows as queued.
+UPDATE tenure_runs
+   SET status = 'running', claimed_by = :owner, lease_expires = {now} + :lease,
+       lease_token = lease_token + 1,
+       attempt = CASE WHEN lease_token = 0 THEN 0 ELSE attempt + 1 END,
+       started_at = COALESCE(started_at, {now}), updated_at = {now},
+       last_sequence = last_sequence + 1
+ WHERE id IN (SELECT id FROM tenure_runs
+               WHERE status = 'queued' AND available_at <= {now}
+                 AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+               ORDER BY available_at
+               LIMIT :limit)
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence;
+
+-- name: claim_run
+-- Claim one named run, if it is queued and claimable now.
+UPDATE tenure_runs
+   SET status = 'running', claimed_by = :owner, lease_expires = {now} + :lease,
+       lease_token = lease_token + 1,
+       attempt = CASE WHEN lease_token = 0 THEN 0 ELSE attempt + 1 END,
+       started_at = COALESCE(started_at, {now}), updated_at = {now},
+       last_sequence = last_sequence + 1
+ WHERE id = :id AND status = 'queued' AND available_at <= {now}
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence;
+
+-- name: record_step
+-- Heartbeat: renew the lease of the owner, reserve :n event sequences, add usage.
+UPDATE tenure_runs
+   SET lease_expires = {now} + :lease, last_sequence = last_sequence + :n,
+       input_tokens = input_tokens + :input_tokens,
+       output_tokens = output_tokens + :output_tokens,
+       cost = cost + :cost, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+RETURNING last_sequence, attempt;
+
+-- name: mark_fence
+-- Stamp the effect of the write about to run; the lease is renewed to cover the tool.
+UPDATE tenure_runs
+   SET pending_effect = :effect, lease_expires = {now} + :lease, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+RETURNING last_sequence, attempt;
+
+-- name: clear_fence
+UPDATE tenure_runs
+   SET pending_effect = '', lease_expires = {now} + :lease,
+       last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+RETURNING last_sequence, attempt;
+
+-- name: requeue
+-- A failed attempt goes back to the queue after its backoff, charging the budget.
+UPDATE tenure_runs
+   SET status = 'queued', requeue_count = requeue_count + 1,
+       available_at = {now} + :delay, claimed_by = '', lease_expires = NULL,
+       pending_effect = '', error_class = :error_class, error = :error,
+       last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+RETURNING last_sequence, attempt;
+
+-- name: release
+-- A draining worker hands the run back without charging the budget; never while a
+-- non-idempotent write is in flight (that run is dead-lettered instead).
+UPDATE tenure_runs
+   SET status = 'queued', available_at = {now}, claimed_by = '', lease_expires = NULL,
+       pending_effect = '', last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND pending_effect <> 'non_idempotent_write'
+RETURNING last_sequence, attempt;
+
+-- name: settle
+-- A terminal state under the owner's lease. A dead-letter keeps request and fence.
+UPDATE tenure_runs
+   SET status = :status, termination_reason = :reason, output = :output,
+       error_class = :error_class, error = :error, claimed_by = '', lease_expires = NULL,
+       request = CASE WHEN :keep THEN request ELSE NULL END,
+       pending_effect = CASE WHEN :keep THEN pending_effect ELSE '' END,
+       input_tokens = input_tokens + :input_tokens,
+       output_tokens = output_tokens + :output_tokens, cost = cost + :cost,
+       last_sequence = last_sequence + :n, finished_at = {now}, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+RETURNING last_sequence, attempt;
+
+-- name: cancel
+-- Any non-terminal run; the fence stays as evidence of a write that may have happened.
+UPDATE tenure_runs
+   SET status = 'cancelled', termination_reason = 'cancelled', claimed_by = '',
+       lease_expires = NULL, request = NULL, last_sequence = last_sequence + 1,
+       finished_at = {now}, updated_at = {now}
+ WHERE id = :id AND status NOT IN ('completed', 'failed', 'cancelled')
+RETURNING last_sequence, attempt;
+
+-- name: stale_runs
+-- Running rows whose lease expired: candidates for the reaper.
+SELECT id, lease_token, pending_effect, request IS NOT NULL, requeue_count
+  FROM tenure_runs
+ WHERE status = 'running' AND lease_expires < {now}
+ ORDER BY lease_expires
+ LIMIT :limit;
+
+-- name: requeue_stale
+-- Staleness and the token seen are re-checked here: a heartbeat that landed since wins.
+UPDATE tenure_runs
+   SET status = 'queued', requeue_count = requeue_count + 1, available_at = {now},
+       claimed_by = '', lease_expires = NULL, pending_effect = '',
+       error_class = 'timeout', error = :error,
+       last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND lease_expires < {now} AND lease_token = :token
+RETURNING last_sequence, attempt;
+
+-- name: dead_letter_stale
+UPDATE tenure_runs
+   SET status = 'failed', termination_reason = :reason, error_class = 'timeout',
+       error = :error, claimed_by = '', lease_expires = NULL,
+       last_sequence = last_sequence + 1, finished_at = {now}, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND lease_expires < {now} AND lease_token = :token
+RETURNING last_sequence, attempt;
+
+-- name: fence_of
+SELECT pending_effect FROM tenure_runs WHERE id = :id;
+
+-- name: redrive
+-- A dead-letter with its request back to the queue, with a fresh budget. A standing
+-- non-idempotent fence refuses unless forced: resuming would repeat that write.
+UPDATE tenure_runs
+   SET status = 'queued', termination_reason = '', requeue_count = 0, pending_effect = '',
+       available_at = {now}, finished_at = NULL, error_class = '', error = '',
+       output = NULL, last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = :id AND status = 'failed'
+   AND termination_reason IN ('retries_exhausted', 'not_retryable')
+   AND request IS NOT NULL
+   AND (:force OR pending_effect <> 'non_idempotent_write')
+RETURNING last_sequence, attempt;
+
+-- name: purge_events
+DELETE FROM tenure_events
+ WHERE run_id IN (SELECT id FROM tenure_runs
+                   WHERE status IN ('completed', 'failed', 'cancelled')
+                     AND finished_at < :cutoff);
+
+-- name: purge_runs
+DELETE FROM tenure_runs
+ WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at < :cutoff;
+
+-- name: get_run
+SELECT {run_columns}, request FROM tenure_runs WHERE id = :id;
+
+-- name: run_status
+SELECT status FROM tenure_runs WHERE id = :id;
+
+-- name: events
+SELECT run_id, sequence, attempt, kind, payload, created_at
+  FROM tenure_events
+ WHERE run_id = :id AND sequence > :after
+ ORDER BY sequence;
+
+-- name: runs
+SELECT {run_columns}, NULL FROM tenure_runs
+ WHERE (:status IS NULL OR status = :status)
+   AND (:reason IS NULL OR termination_reason = :reason)
+   AND (:queue IS NULL OR queue = :queue)
+ ORDER BY created_at DESC, id
+ LIMIT :limit;
+
+-- name: purge_cutoff
+SELECT {now} - :age;

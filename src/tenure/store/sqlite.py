@@ -1,0 +1,194 @@
+"""The embedded SQLite store: one file shared by the threads and processes of one machine.
+
+WAL lets readers run beside the one writer; every write is a `BEGIN IMMEDIATE` transaction,
+so it holds the writer lock from its first statement and the compare-and-set inside it can
+neither interleave with another writer nor fail late with a busy upgrade.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+from urllib.parse import unquote
+
+from tenure._errors import DatabaseUnavailable, StoreError
+from tenure.store import _sql
+from tenure.store._common import Cursor, SQLStore
+from tenure.store._rows import epoch_to_datetime
+
+T = TypeVar("T")
+
+NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+BUSY_TIMEOUT_MS = 5_000
+# After SQLite's own busy wait, a transaction is retried this many times before giving up.
+LOCKED_RETRIES = 6
+Q = _sql.queries("sqlite", now=NOW)
+
+
+def path_from_url(url: str) -> str:
+    """`sqlite:///relative.db` or `sqlite:////abs/path.db` (the SQLAlchemy convention)."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or len(url) == len(prefix):
+        raise ValueError(
+            f"not a SQLite URL: {url!r} (expected sqlite:///relative.db or sqlite:////abs.db)"
+        )
+    path = unquote(url[len(prefix) :])
+    if path in (":memory:", "") or path.startswith("file:"):
+        raise ValueError("an in-memory SQLite database cannot be shared by workers; name a file")
+    return path
+
+
+class SQLiteStore(SQLStore):
+    _q = Q
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.path = path_from_url(url)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- connections ---------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        directory = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(directory):
+            raise DatabaseUnavailable(
+                f"cannot open database {self.path!r}: directory {directory!r} does not exist"
+            )
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as exc:
+            raise DatabaseUnavailable(f"cannot open database {self.path!r}: {exc}") from exc
+        if str(mode).lower() != "wal":
+            conn.close()
+            raise DatabaseUnavailable(f"cannot use WAL on {self.path!r} (got {mode!r})")
+        with self._lock:
+            self._all.append(conn)
+        return conn
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StoreError("the store is closed")
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
+
+    # -- transactions --------------------------------------------------------------------
+
+    def _retrying(self, fn: Callable[[], T]) -> T:
+        delay = 0.05
+        for attempt in range(LOCKED_RETRIES + 1):
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                message = str(exc).lower()
+                if "locked" not in message and "busy" not in message:
+                    raise DatabaseUnavailable(f"database {self.path!r}: {exc}") from exc
+                if attempt == LOCKED_RETRIES:
+                    raise DatabaseUnavailable(
+                        f"database {self.path!r} stayed locked after {LOCKED_RETRIES} retries"
+                    ) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            except sqlite3.DatabaseError as exc:
+                raise DatabaseUnavailable(f"database {self.path!r}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def _write(self, fn: Callable[[Cursor], T]) -> T:
+        """Run `fn` in one BEGIN IMMEDIATE transaction (retried whole while locked)."""
+
+        def once() -> T:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn.cursor())
+            except sqlite3.IntegrityError as exc:
+                conn.execute("ROLLBACK")
+                raise StoreError(f"database {self.path!r} refused the write: {exc}") from exc
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        return self._retrying(once)
+
+    def _read(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        return self._retrying(lambda: self._conn.execute(sql, params).fetchall())
+
+    # -- schema --------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        def apply(cur: Cursor) -> None:
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS tenure_schema_version "
+                "(version INTEGER NOT NULL, applied_at REAL NOT NULL)"
+            )
+            current = cur.execute(
+                "SELECT COALESCE(MAX(version), 0) FROM tenure_schema_version"
+            ).fetchone()[0]
+            for version, script in _sql.migrations("sqlite"):
+                if version <= current:
+                    continue
+                for statement in _statements(script):
+                    cur.execute(statement)
+                cur.execute(f"INSERT INTO tenure_schema_version VALUES (?, {NOW})", (version,))
+
+        self._write(apply)
+
+    def schema_version(self) -> int:
+        rows = self._read("SELECT COALESCE(MAX(version), 0) FROM tenure_schema_version", {})
+        return int(rows[0][0])
+
+    def _time(self, value: Any) -> datetime | None:
+        return epoch_to_datetime(value)
+
+    def _queues_param(self, queues: Sequence[str] | None) -> Any:
+        return json.dumps(list(queues)) if queues else None
+
+
+def _statements(script: str) -> Iterator[str]:
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statement = buffer.strip()
+            buffer = ""
+            if statement and not all(
+                ln.strip().startswith("--") or not ln.strip() for ln in statement.splitlines()
+            ):
+                yield statement
+    if buffer.strip() and not all(
+        ln.strip().startswith("--") or not ln.strip() for ln in buffer.splitlines()
+    ):
+        raise StoreError("migration script ends inside a statement")
