@@ -110,10 +110,12 @@ class Worker:
         for thread in [*slots, reaper]:
             thread.start()
         log.info("%s started: concurrency %d", self.identity, self.concurrency)
+        unsubscribe = self.engine.store.subscribe(self.wake)
         with self._signals():
             try:
                 self._claim_loop()
             finally:
+                unsubscribe()
                 self._drain()
                 for _ in slots:
                     self._jobs.put(None)

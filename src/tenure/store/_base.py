@@ -7,7 +7,7 @@ appended by a method are written in the same transaction as the transition they 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -161,5 +161,12 @@ class Store(Protocol):
         queue: str | None = None,
         limit: int = 100,
     ) -> list[Run]: ...
+
+    def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call `wake` when runs may have become claimable (enqueue, requeue, redrive).
+
+        Returns the function that unsubscribes. A store without notifications returns a
+        no-op; workers poll anyway, so a lost notification only delays a run.
+        """
 
     def close(self) -> None: ...

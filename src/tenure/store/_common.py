@@ -45,6 +45,10 @@ class Cursor(Protocol):
     def fetchall(self) -> list[Any]: ...
 
 
+def _no_op() -> None:
+    return None
+
+
 def lifecycle(kind: EventKind, **payload: Any) -> NewEvent:
     return NewEvent(kind, payload)
 
@@ -72,6 +76,9 @@ class SQLStore(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
+        return _no_op
 
     def now(self) -> datetime:
         value = self._time(self._read(self._q["now"], {})[0][0])
