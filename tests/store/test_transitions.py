@@ -1,0 +1,375 @@
+"""Store conformance: every transition of SPEC §5 is one guarded statement that reports
+whether it applied. Runs against every backend in BACKENDS."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tenure._types import EventKind, FailureClass, RunStatus, TerminationReason, ToolEffect
+from tenure.store import Lease, Settlement, Store
+
+from .helpers import (
+    SHORT_LEASE,
+    claim_one,
+    completed,
+    enqueue,
+    expire,
+    new_run,
+    stale_for,
+    step,
+)
+
+
+def kinds(store: Store, run_id: str) -> list[str]:
+    return [str(e.kind) for e in store.events(run_id)]
+
+
+def sequences(store: Store, run_id: str) -> list[int]:
+    return [e.sequence for e in store.events(run_id)]
+
+
+def test_schema_is_versioned_and_migrating_twice_changes_nothing(store: Store) -> None:
+    version = store.schema_version()
+    assert version >= 1
+    store.migrate()
+    assert store.schema_version() == version
+
+
+def test_database_clock_is_utc_and_current(store: Store) -> None:
+    now = store.now()
+    assert now.tzinfo is not None
+    assert abs(now - datetime.now(UTC)) < timedelta(seconds=5)
+
+
+def test_enqueue_creates_a_queued_run_with_its_request_event(store: Store) -> None:
+    run_id = enqueue(store)
+    run = store.get_run(run_id, with_request=True)
+    assert run is not None
+    assert run.status is RunStatus.QUEUED
+    assert run.termination_reason is None
+    assert run.lease_token == 0 and run.requeue_count == 0 and run.attempt == 0
+    assert run.lease_expires is None and run.claimed_by == ""
+    assert run.request == {"prompt": "hi", "script": [{"say": "ok"}]}
+    assert kinds(store, run_id) == ["request"]
+    assert store.get_run(run_id) is not None
+    assert store.get_run(run_id).request is None  # type: ignore[union-attr]
+
+
+def test_enqueue_with_a_taken_idempotency_key_returns_the_existing_run(store: Store) -> None:
+    first, created = store.enqueue(new_run(key="order-7"))
+    second, created_again = store.enqueue(new_run(key="order-7"))
+    assert created and not created_again
+    assert second == first
+    assert len(store.runs()) == 1
+
+
+def test_enqueue_with_delay_is_not_claimable_before_its_time(store: Store) -> None:
+    run_id = enqueue(store, delay=SHORT_LEASE)
+    assert store.claim("worker:a", None, 30, 10) == []
+    assert store.claim_run(run_id, "worker:a", 30) is None
+    expire()
+    assert [c.lease.run_id for c in store.claim("worker:a", None, 30, 10)] == [run_id]
+
+
+def test_claim_sets_lease_token_attempt_and_appends_claimed(store: Store) -> None:
+    run_id = enqueue(store)
+    claimed = claim_one(store, "worker:h:1:1", lease=30)
+    assert claimed.lease == Lease(run_id, "worker:h:1:1", 1, 0)
+    assert claimed.requeue_count == 0
+    run = store.get_run(run_id)
+    assert run is not None
+    assert run.status is RunStatus.RUNNING and run.claimed_by == "worker:h:1:1"
+    assert run.lease_expires is not None and run.started_at is not None
+    assert timedelta(seconds=25) < run.lease_expires - store.now() <= timedelta(seconds=30)
+    assert kinds(store, run_id) == ["request", "claimed"]
+    assert store.events(run_id)[-1].payload["lease_token"] == 1
+
+
+def test_claim_respects_queues_limit_and_order(store: Store) -> None:
+    a = enqueue(store, queue="mail")
+    b = enqueue(store, queue="default")
+    c = enqueue(store, queue="mail")
+    got = store.claim("worker:a", ["mail"], 30, 1)
+    assert [x.lease.run_id for x in got] == [a]
+    got = store.claim("worker:a", ["mail", "other"], 30, 5)
+    assert [x.lease.run_id for x in got] == [c]
+    got = store.claim("worker:a", None, 30, 5)
+    assert [x.lease.run_id for x in got] == [b]
+
+
+def test_claim_of_a_running_or_terminal_run_does_not_win(store: Store) -> None:
+    run_id = enqueue(store)
+    claimed = claim_one(store)
+    assert store.claim_run(run_id, "worker:b", 30) is None
+    assert store.settle(claimed.lease, completed())
+    assert store.claim_run(run_id, "worker:b", 30) is None
+    assert store.claim("worker:b", None, 30, 10) == []
+
+
+def test_start_creates_a_running_interactive_run_with_token_1(store: Store) -> None:
+    run = new_run(request=None)
+    lease = store.start(run, "run:h:1", 30)
+    assert lease == Lease(run.run_id, "run:h:1", 1, 0)
+    row = store.get_run(run.run_id, with_request=True)
+    assert row is not None and row.status is RunStatus.RUNNING and row.request is None
+
+
+def test_record_step_renews_lease_appends_in_order_and_counts_usage(store: Store) -> None:
+    from tenure._types import Usage
+
+    run_id = enqueue(store)
+    lease = claim_one(store, lease=1).lease
+    before = store.get_run(run_id).lease_expires  # type: ignore[union-attr]
+    seqs = store.record_step(lease, 60, [step(n=1), step(EventKind.TOOL, n=2)], Usage(3, 4, 0.5))
+    assert seqs == [2, 3]
+    run = store.get_run(run_id)
+    assert run is not None and before is not None and run.lease_expires is not None
+    assert run.lease_expires - before > timedelta(seconds=50)
+    assert (run.input_tokens, run.output_tokens, run.cost) == (3, 4, 0.5)
+    assert sequences(store, run_id) == [0, 1, 2, 3]
+    assert [e.payload.get("n") for e in store.events(run_id, after=1)] == [1, 2]
+
+
+def test_record_step_with_a_wrong_token_or_owner_is_lost_and_writes_nothing(
+    store: Store,
+) -> None:
+    run_id = enqueue(store)
+    lease = claim_one(store).lease
+    wrong_token = Lease(run_id, lease.owner, lease.token + 1, 0)
+    wrong_owner = Lease(run_id, "worker:other", lease.token, 0)
+    assert store.record_step(wrong_token, 30, [step()]) is None
+    assert store.record_step(wrong_owner, 30, [step()]) is None
+    assert kinds(store, run_id) == ["request", "claimed"]
+
+
+def test_mark_and_clear_fence(store: Store) -> None:
+    run_id = enqueue(store)
+    lease = claim_one(store, lease=1).lease
+    assert store.mark_fence(lease, ToolEffect.NON_IDEMPOTENT_WRITE, 120)
+    run = store.get_run(run_id)
+    assert run is not None and run.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE
+    assert run.lease_expires is not None
+    assert run.lease_expires - store.now() > timedelta(seconds=100)  # covers the tool
+    seq = store.clear_fence(lease, 30, step(EventKind.TOOL, name="send"))
+    assert seq == 2
+    run = store.get_run(run_id)
+    assert run is not None and run.pending_effect is None
+    assert kinds(store, run_id)[-1] == "tool"
+
+
+def test_fence_writes_under_a_lost_lease_do_not_apply(store: Store) -> None:
+    run_id = enqueue(store)
+    lease = claim_one(store).lease
+    stranger = Lease(run_id, lease.owner, lease.token + 5, 0)
+    assert not store.mark_fence(stranger, ToolEffect.IDEMPOTENT_WRITE, 30)
+    assert store.clear_fence(stranger, 30, step(EventKind.TOOL)) is None
+    run = store.get_run(run_id)
+    assert run is not None and run.pending_effect is None
+    assert kinds(store, run_id) == ["request", "claimed"]
+
+
+def test_requeue_charges_budget_sets_backoff_and_clears_lease_and_fence(store: Store) -> None:
+    run_id = enqueue(store)
+    lease = claim_one(store).lease
+    assert store.mark_fence(lease, ToolEffect.IDEMPOTENT_WRITE, 30)
+    assert store.requeue(lease, 60, FailureClass.RATE_LIMIT, "429")
+    run = store.get_run(run_id)
+    assert run is not None
+    assert run.status is RunStatus.QUEUED and run.requeue_count == 1
+    assert run.lease_expires is None and run.claimed_by == "" and run.pending_effect is None
+    assert run.error_class is FailureClass.RATE_LIMIT and run.error == "429"
+    assert run.available_at - store.now() > timedelta(seconds=55)
+    assert store.claim("worker:b", None, 30, 10) == []  # backing off
+    event = store.events(run_id)[-1]
+    assert event.kind is EventKind.REQUEUED and event.payload["cause"] == "failure"
+    assert not store.requeue(lease, 0, FailureClass.RATE_LIMIT, "again")  # no longer ours
+
+
+def test_release_hands_back_without_charging_and_refuses_a_standing_write(
+    store: Store,
+) -> None:
+    run_id = enqueue(store)
+    lease = claim_one(store).lease
+    assert store.release(lease)
+    run = store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED and run.requeue_count == 0
+    again = claim_one(store, "worker:b")
+    assert again.lease.attempt == 1 and again.lease.token == 2
+    assert store.mark_fence(again.lease, ToolEffect.NON_IDEMPOTENT_WRITE, 30)
+    assert not store.release(again.lease)
+    run = store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.RUNNING
+
+
+def test_settle_completed_clears_request_lease_and_fence(store: Store) -> None:
+    run_id = enqueue(store)
+    lease = claim_one(store).lease
+    assert store.settle(lease, completed("42"))
+    run = store.get_run(run_id, with_request=True)
+    assert run is not None
+    assert run.status is RunStatus.COMPLETED
+    assert run.termination_reason is TerminationReason.COMPLETED
+    assert run.output == "42" and run.request is None and run.lease_expires is None
+    assert run.finished_at is not None
+    assert kinds(store, run_id)[-1] == "assembled"
+
+
+def test_dead_letter_keeps_request_and_fence_as_evidence(store: Store) -> None:
+    run_id = enqueue(store)
+    lease = claim_one(store).lease
+    assert store.mark_fence(lease, ToolEffect.NON_IDEMPOTENT_WRITE, 30)
+    settlement = Settlement(
+        RunStatus.FAILED,
+        TerminationReason.NOT_RETRYABLE,
+        error_class=FailureClass.AUTH,
+        error="401",
+        events=(step(EventKind.DEAD_LETTERED, reason="not_retryable"),),
+    )
+    assert store.settle(lease, settlement)
+    run = store.get_run(run_id, with_request=True)
+    assert run is not None and run.is_dead_letter
+    assert run.request is not None
+    assert run.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE
+    assert run.error_class is FailureClass.AUTH
+
+
+def test_terminal_is_terminal(store: Store) -> None:
+    run_id = enqueue(store)
+    lease = claim_one(store).lease
+    assert store.settle(lease, completed())
+    assert not store.settle(lease, completed("twice"))
+    assert not store.cancel(run_id)
+    assert store.record_step(lease, 30, [step()]) is None
+    assert not store.mark_fence(lease, ToolEffect.IDEMPOTENT_WRITE, 30)
+    assert not store.requeue(lease, 0, FailureClass.TIMEOUT, "x")
+    assert not store.release(lease)
+    assert not store.redrive(run_id, force=True)
+    run = store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED and run.output == "done"
+
+
+def test_cancel_any_non_terminal_run(store: Store) -> None:
+    queued = enqueue(store)
+    running = enqueue(store)
+    lease = store.claim_run(running, "worker:a", 30)
+    assert lease is not None
+    assert store.cancel(queued) and store.cancel(running)
+    for run_id in (queued, running):
+        run = store.get_run(run_id, with_request=True)
+        assert run is not None
+        assert run.status is RunStatus.CANCELLED
+        assert run.termination_reason is TerminationReason.CANCELLED
+        assert run.request is None and run.lease_expires is None
+        assert kinds(store, run_id)[-1] == "cancelled"
+    assert not store.cancel(queued)
+    assert store.record_step(lease.lease, 30, [step()]) is None
+    assert not store.cancel("no-such-run")
+
+
+def test_redrive_requeues_a_dead_letter_with_a_fresh_budget(store: Store) -> None:
+    run_id = enqueue(store)
+    lease = claim_one(store).lease
+    assert store.requeue(lease, 0, FailureClass.TIMEOUT, "t")
+    lease = claim_one(store).lease
+    dead = Settlement(
+        RunStatus.FAILED,
+        TerminationReason.RETRIES_EXHAUSTED,
+        error_class=FailureClass.TIMEOUT,
+        error="t",
+    )
+    assert store.settle(lease, dead)
+    assert store.redrive(run_id, force=False)
+    run = store.get_run(run_id, with_request=True)
+    assert run is not None
+    assert run.status is RunStatus.QUEUED and run.requeue_count == 0
+    assert run.termination_reason is None and run.finished_at is None
+    assert run.request is not None
+    assert kinds(store, run_id)[-1] == "redriven"
+    again = claim_one(store)
+    assert again.lease.attempt == 2 and again.requeue_count == 0
+
+
+def test_redrive_refuses_a_standing_non_idempotent_fence_unless_forced(store: Store) -> None:
+    run_id = enqueue(store)
+    lease = claim_one(store).lease
+    assert store.mark_fence(lease, ToolEffect.NON_IDEMPOTENT_WRITE, 30)
+    assert store.settle(
+        lease, Settlement(RunStatus.FAILED, TerminationReason.NOT_RETRYABLE, error="x")
+    )
+    assert not store.redrive(run_id, force=False)
+    assert store.get_run(run_id).status is RunStatus.FAILED  # type: ignore[union-attr]
+    assert store.redrive(run_id, force=True)
+    run = store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED and run.pending_effect is None
+    assert store.events(run_id)[-1].payload == {
+        "force": True,
+        "pending_effect": "non_idempotent_write",
+    }
+
+
+def test_redrive_refuses_what_is_not_a_dead_letter(store: Store) -> None:
+    queued = enqueue(store)
+    assert not store.redrive(queued, force=True)
+    other = enqueue(store)
+    lease = store.claim_run(other, "w", 30)
+    assert lease is not None
+    assert store.settle(lease.lease, Settlement(RunStatus.FAILED, TerminationReason.MAX_ITERATIONS))
+    assert not store.redrive(other, force=True)
+    interactive = new_run(request=None)
+    ilease = store.start(interactive, "run:h:1", 30)
+    assert store.settle(ilease, Settlement(RunStatus.FAILED, TerminationReason.NOT_RETRYABLE))
+    assert not store.redrive(interactive.run_id, force=True)  # nothing to re-execute
+    assert not store.redrive("no-such-run", force=True)
+
+
+def test_purge_deletes_old_terminal_runs_and_their_events_only(store: Store) -> None:
+    done = enqueue(store)
+    lease = store.claim_run(done, "w", 30)
+    assert lease is not None and store.settle(lease.lease, completed())
+    waiting = enqueue(store)
+    assert store.purge(3600) == 0
+    expire(0.1)
+    assert store.purge(0.05) == 1
+    assert store.get_run(done) is None and store.events(done) == []
+    assert store.get_run(waiting) is not None and store.events(waiting) != []
+
+
+def test_runs_filters_and_limits(store: Store) -> None:
+    a = enqueue(store, queue="q1")
+    enqueue(store, queue="q2")
+    lease = store.claim_run(a, "w", 30)
+    assert lease is not None
+    assert store.settle(lease.lease, Settlement(RunStatus.FAILED, TerminationReason.NOT_RETRYABLE))
+    assert [r.id for r in store.runs(status=RunStatus.FAILED)] == [a]
+    assert [r.id for r in store.runs(reason=TerminationReason.NOT_RETRYABLE)] == [a]
+    assert len(store.runs(queue="q2")) == 1
+    assert len(store.runs(limit=1)) == 1
+    assert all(r.request is None for r in store.runs())
+
+
+def test_unknown_run_reads(store: Store) -> None:
+    assert store.get_run("nope") is None
+    assert store.run_status("nope") is None
+    assert store.events("nope") == []
+
+
+@pytest.mark.parametrize("after", [-1, 0, 1])
+def test_events_after(store: Store, after: int) -> None:
+    run_id = enqueue(store)
+    claim_one(store)
+    assert [e.sequence for e in store.events(run_id, after)] == list(range(after + 1, 2))
+
+
+def test_stale_runs_lists_only_expired_running_leases(store: Store) -> None:
+    fresh = enqueue(store)
+    stale = enqueue(store)
+    store.claim_run(fresh, "w", 30)
+    claimed = store.claim_run(stale, "w", SHORT_LEASE)
+    assert claimed is not None
+    expire()
+    found = store.stale_runs(10)
+    assert [s.run_id for s in found] == [stale]
+    assert found[0].lease_token == claimed.lease.token and found[0].has_request
+    assert stale_for(store, stale).requeue_count == 0
