@@ -11,7 +11,7 @@ from typing import Any
 from tenure._types import EventKind, FailureClass, RunStatus, TerminationReason, ToolEffect
 from tenure.store import Lease, Settlement, Store, open_store
 
-from .helpers import SHORT_LEASE, claim_one, completed, enqueue, expire, step
+from .helpers import SHORT_LEASE, claim_one, completed, enqueue, expire, stale_for, step
 
 ROUNDS = 15
 
@@ -43,8 +43,8 @@ def test_two_claimers_one_winner(store: Store) -> None:
     for _ in range(ROUNDS):
         run_id = enqueue(store)
         won = race(
-            lambda: store.claim_run(run_id, "worker:a", 30),
-            lambda: store.claim_run(run_id, "worker:b", 30),
+            lambda r=run_id: store.claim_run(r, "worker:a", 30),
+            lambda r=run_id: store.claim_run(r, "worker:b", 30),
         )
         winners = [w for w in won if w is not None]
         assert len(winners) == 1
@@ -104,10 +104,10 @@ def test_heartbeat_vs_reaper_exactly_one_wins(store: Store) -> None:
         run_id = enqueue(store)
         lease = claim_one(store, lease=SHORT_LEASE).lease
         expire()
-        seen = [s for s in store.stale_runs(100) if s.run_id == run_id][0]
+        seen = stale_for(store, run_id)
         beat, reaped = race(
-            lambda: store.record_step(lease, 30, [step()]),
-            lambda: store.requeue_stale(run_id, seen.lease_token),
+            lambda lease=lease: store.record_step(lease, 30, [step()]),
+            lambda r=run_id, t=seen.lease_token: store.requeue_stale(r, t),
         )
         assert (beat is not None) != reaped, "exactly one of heartbeat and reaper wins"
         run = store.get_run(run_id)
@@ -127,7 +127,7 @@ def test_a_renewed_run_is_never_reaped(store: Store) -> None:
     run_id = enqueue(store)
     lease = claim_one(store, lease=SHORT_LEASE).lease
     expire()
-    seen = [s for s in store.stale_runs(100) if s.run_id == run_id][0]
+    seen = stale_for(store, run_id)
     assert store.record_step(lease, 30, [step()]) is not None  # the slow worker renews
     assert not store.requeue_stale(run_id, seen.lease_token)
     assert not store.dead_letter_stale(
@@ -144,8 +144,8 @@ def test_settle_vs_cancel_first_wins_late_one_reports_it(store: Store) -> None:
         run_id = enqueue(store)
         lease = claim_one(store).lease
         settled, cancelled = race(
-            lambda: store.settle(lease, completed()),
-            lambda: store.cancel(run_id),
+            lambda lease=lease: store.settle(lease, completed()),
+            lambda r=run_id: store.cancel(r),
         )
         assert settled != cancelled, "exactly one of settle and cancel wins"
         run = store.get_run(run_id)
@@ -166,7 +166,7 @@ def test_concurrent_reapers_act_once(store: Store) -> None:
     run_id = enqueue(store)
     claim_one(store, lease=SHORT_LEASE)
     expire()
-    seen = [s for s in store.stale_runs(100) if s.run_id == run_id][0]
+    seen = stale_for(store, run_id)
     results = race(*[lambda: store.requeue_stale(run_id, seen.lease_token)] * 4)
     assert results.count(True) == 1
     requeues = [e for e in store.events(run_id) if e.kind is EventKind.REQUEUED]
