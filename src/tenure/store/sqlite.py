@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, unquote
 
 from tenure._errors import DatabaseUnavailable, StoreError
 from tenure.store import _sql
@@ -32,17 +32,31 @@ LOCKED_RETRIES = 6
 Q = _sql.queries("sqlite", now=NOW)
 
 
-def path_from_url(url: str) -> str:
-    """`sqlite:///relative.db` or `sqlite:////abs/path.db` (the SQLAlchemy convention)."""
+def parse_url(url: str) -> tuple[str, float, int]:
+    """`sqlite:///relative.db` or `sqlite:////abs/path.db` (the SQLAlchemy convention), with
+    optional `?busy_timeout=SECONDS&locked_retries=N`. Returns (path, busy timeout, retries).
+    """
     prefix = "sqlite:///"
     if not url.startswith(prefix) or len(url) == len(prefix):
         raise ValueError(
             f"not a SQLite URL: {url!r} (expected sqlite:///relative.db or sqlite:////abs.db)"
         )
-    path = unquote(url[len(prefix) :])
+    rest, _, query = url[len(prefix) :].partition("?")
+    options = dict(parse_qsl(query, keep_blank_values=True))
+    unknown = set(options) - {"busy_timeout", "locked_retries"}
+    if unknown:
+        raise ValueError(f"unknown SQLite URL options: {', '.join(sorted(unknown))}")
+    try:
+        busy = float(options.get("busy_timeout", BUSY_TIMEOUT_MS / 1000))
+        retries = int(options.get("locked_retries", LOCKED_RETRIES))
+    except ValueError:
+        raise ValueError(f"bad SQLite URL options in {url!r}") from None
+    if busy < 0 or retries < 0:
+        raise ValueError(f"SQLite URL options must not be negative in {url!r}")
+    path = unquote(rest)
     if path in (":memory:", "") or path.startswith("file:"):
         raise ValueError("an in-memory SQLite database cannot be shared by workers; name a file")
-    return path
+    return path, busy, retries
 
 
 class SQLiteStore(SQLStore):
@@ -50,7 +64,7 @@ class SQLiteStore(SQLStore):
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.path = path_from_url(url)
+        self.path, self.busy_timeout, self.locked_retries = parse_url(url)
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -67,11 +81,11 @@ class SQLiteStore(SQLStore):
         try:
             conn = sqlite3.connect(
                 self.path,
-                timeout=BUSY_TIMEOUT_MS / 1000,
+                timeout=self.busy_timeout,
                 isolation_level=None,
                 check_same_thread=False,
             )
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
@@ -107,16 +121,17 @@ class SQLiteStore(SQLStore):
 
     def _retrying(self, fn: Callable[[], T]) -> T:
         delay = 0.05
-        for attempt in range(LOCKED_RETRIES + 1):
+        for attempt in range(self.locked_retries + 1):
             try:
                 return fn()
             except sqlite3.OperationalError as exc:
                 message = str(exc).lower()
                 if "locked" not in message and "busy" not in message:
                     raise DatabaseUnavailable(f"database {self.path!r}: {exc}") from exc
-                if attempt == LOCKED_RETRIES:
+                if attempt == self.locked_retries:
                     raise DatabaseUnavailable(
-                        f"database {self.path!r} stayed locked after {LOCKED_RETRIES} retries"
+                        f"database {self.path!r} stayed locked after "
+                        f"{self.locked_retries} retries"
                     ) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
