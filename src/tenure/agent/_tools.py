@@ -8,18 +8,55 @@ go back to the model as an error result and never reach the function.
 from __future__ import annotations
 
 import inspect
+import re
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PydanticSchemaGenerationError,
+    PydanticUserError,
+    ValidationError,
+    create_model,
+)
+from pydantic.fields import FieldInfo
 
 from tenure._errors import InvalidRequest, UnknownTool
 from tenure._types import ToolContext, ToolEffect
 from tenure.providers._base import ToolSpec
 
 DEFAULT_TOOL_TIMEOUT = 60.0
+# A provider that received tool-call arguments that are not a JSON object hands the raw text
+# on under this key, so that validation tells the model what went wrong (and the step goes
+# on) instead of the provider failing the step.
+MALFORMED_ARGUMENTS_KEY = "__tenure_malformed_arguments__"
+_MAX_ECHO = 200
+
+_PARAMETER_SECTIONS = frozenset({"args", "arguments", "parameters", "params"})
+_OTHER_SECTIONS = frozenset(
+    {
+        "returns",
+        "return",
+        "yields",
+        "yield",
+        "raises",
+        "examples",
+        "example",
+        "note",
+        "notes",
+        "see also",
+        "warning",
+        "warnings",
+        "attributes",
+        "references",
+        "todo",
+    }
+)
+_PARAMETER_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
 class InvalidArguments(ValueError):
@@ -38,11 +75,17 @@ class Tool:
 
     @property
     def spec(self) -> ToolSpec:
-        schema = self.arguments.model_json_schema()
-        schema.pop("title", None)
-        return ToolSpec(self.name, self.description, schema)
+        return ToolSpec(self.name, self.description, openai_schema(self.arguments))
 
     def validate(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The arguments as the function's parameters take them; InvalidArguments if not."""
+        if MALFORMED_ARGUMENTS_KEY in args:
+            raw = str(args[MALFORMED_ARGUMENTS_KEY])
+            echo = raw if len(raw) <= _MAX_ECHO else raw[:_MAX_ECHO] + "…"
+            raise InvalidArguments(
+                f"invalid arguments for {self.name}: not a JSON object: {echo!r}; "
+                "send the arguments as one JSON object that matches the tool's schema"
+            )
         try:
             parsed = self.arguments.model_validate(args)
         except ValidationError as exc:
@@ -51,7 +94,10 @@ class Tool:
                 for e in exc.errors()
             )
             raise InvalidArguments(f"invalid arguments for {self.name}: {problems}") from None
-        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+        return {
+            info.alias or field: getattr(parsed, field)
+            for field, info in type(parsed).model_fields.items()
+        }
 
     def invoke(self, context: ToolContext, args: dict[str, Any]) -> Any:
         values = self.validate(args)
@@ -79,34 +125,156 @@ def make_tool(
         raise InvalidRequest(
             f"tool {tool_name}: unknown effect {effect!r} (one of {choices})"
         ) from None
-    hints = typing.get_type_hints(fn)
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:
+        raise InvalidRequest(f"tool {tool_name}: cannot read its type hints: {exc}") from None
     params = list(inspect.signature(fn).parameters.values())
     takes_context = bool(params) and hints.get(params[0].name) is ToolContext
     if takes_context:
         params = params[1:]
+    description, documented = parse_docstring(inspect.getdoc(fn) or "")
     fields: dict[str, Any] = {}
     for param in params:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise InvalidRequest(f"tool {tool_name}: *args and **kwargs cannot be described")
-        annotation = hints.get(param.name, Any)
-        default = ... if param.default is param.empty else param.default
-        fields[param.name] = (annotation, default)
-    arguments = create_model(
-        f"{tool_name}_arguments",
-        __config__=ConfigDict(extra="forbid"),
-        **fields,
-    )
-    doc = inspect.getdoc(fn) or ""
-    description = doc.split("\n\n")[0].strip() or tool_name
+        fields[_field_name(param.name)] = _field(param, hints, documented.get(param.name))
+    try:
+        arguments = create_model(
+            f"{tool_name}_arguments",
+            __config__=ConfigDict(extra="forbid"),
+            **fields,
+        )
+        arguments.model_json_schema()
+    except (PydanticSchemaGenerationError, PydanticUserError, TypeError) as exc:
+        raise InvalidRequest(
+            f"tool {tool_name}: its parameters cannot be described: {exc}"
+        ) from None
     return Tool(
         name=tool_name,
         fn=fn,
         effect=effect,
         timeout=float(timeout),
-        description=description,
+        description=description or tool_name,
         arguments=arguments,
         takes_context=takes_context,
     )
+
+
+def _field_name(name: str) -> str:
+    # pydantic reserves `_names` and warns about names that shadow BaseModel's own
+    # attributes (`json`, `copy`, `schema` …): such a parameter gets another field name
+    # and keeps its own as the alias, which is what the model sees and sends.
+    if name.startswith("_") or hasattr(BaseModel, name):
+        return f"param_{name.lstrip('_')}_{len(name)}"
+    return name
+
+
+def _field(param: inspect.Parameter, hints: dict[str, Any], doc: str | None) -> tuple[Any, Any]:
+    annotation = hints.get(param.name, Any)
+    if _described(annotation):
+        doc = None  # an explicit `Annotated[..., Field(description=...)]` wins
+    default = param.default
+    alias = param.name if _field_name(param.name) != param.name else None
+    if isinstance(default, FieldInfo):
+        if alias:
+            default.alias = alias
+        if doc and not default.description:
+            default.description = doc
+        return annotation, default
+    if not doc and not alias:
+        return annotation, (... if default is param.empty else default)
+    info: FieldInfo = Field(
+        ... if default is param.empty else default,
+        alias=alias,
+        description=doc or None,
+    )
+    return annotation, info
+
+
+def _described(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is not typing.Annotated:
+        return False
+    return any(isinstance(m, FieldInfo) and m.description for m in annotation.__metadata__)
+
+
+def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """A Google-style docstring: (the text before its sections, {parameter: description})."""
+    text: list[str] = []
+    params: dict[str, str] = {}
+    section: str | None = None
+    current: str | None = None
+    param_indent: int | None = None
+    for line in doc.splitlines():
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        heading = stripped[:-1].strip().lower() if stripped.endswith(":") else None
+        if indent == 0 and heading in _PARAMETER_SECTIONS | _OTHER_SECTIONS:
+            section, current, param_indent = heading, None, None
+            continue
+        if section is not None and stripped and indent == 0:
+            section = None  # text back at the margin closes the section
+        if section is None:
+            text.append(line)
+            continue
+        if section not in _PARAMETER_SECTIONS or not stripped:
+            continue
+        match = _PARAMETER_LINE.match(stripped)
+        if match and (param_indent is None or indent <= param_indent):
+            current, param_indent = match.group(1), indent
+            params[current] = match.group(2).strip()
+        elif current is not None:
+            params[current] = f"{params[current]} {stripped}".strip()
+    return "\n".join(text).strip(), {k: v for k, v in params.items() if v}
+
+
+def openai_schema(arguments: type[BaseModel]) -> dict[str, Any]:
+    """The arguments' JSON schema as chat-completion endpoints take it.
+
+    pydantic puts nested models and enums under `$defs` and points at them with `$ref`
+    (with the field's description beside the `$ref`). OpenAI takes that, but several
+    compatible servers that compile schemas into grammars (llama.cpp, Ollama) do not follow
+    references reliably, so each reference is inlined; only a model that contains itself
+    keeps a `$defs` entry, since it cannot be inlined. Titles are dropped: the model reads
+    names and descriptions, and titles only cost tokens.
+    """
+    schema = arguments.model_json_schema()
+    defs: dict[str, Any] = schema.pop("$defs", {})
+    kept: dict[str, Any] = {}
+
+    def resolve(node: Any, active: frozenset[str]) -> Any:
+        if isinstance(node, list):
+            return [resolve(item, active) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            name = ref.removeprefix("#/$defs/")
+            siblings = {
+                k: resolve(v, active) for k, v in node.items() if k not in ("$ref", "title")
+            }
+            if name in active or name not in defs:
+                if name in defs and name not in kept:
+                    kept[name] = {}  # claimed before resolving, so recursion stops here
+                    kept[name] = resolve(defs[name], frozenset({name}))
+                return {"$ref": ref, **siblings}
+            return {**resolve(defs[name], active | {name}), **siblings}
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "title" and isinstance(value, str):
+                continue
+            if key == "properties" and isinstance(value, dict):
+                out[key] = {prop: resolve(sub, active) for prop, sub in value.items()}
+            else:
+                out[key] = resolve(value, active)
+        return out
+
+    result: dict[str, Any] = resolve(schema, frozenset())
+    result.setdefault("type", "object")
+    result.setdefault("properties", {})
+    if kept:
+        result["$defs"] = kept
+    return result
 
 
 class Toolbox:
