@@ -232,8 +232,10 @@ class Segment:
         return self._result(Outcome.FAILED)
 
     def _settle(self, settlement: Settlement) -> None:
-        if not self.store.settle(self.lease, settlement):
+        sequences = self.store.settle(self.lease, settlement)
+        if sequences is None:
             self._lost()
+        self._written.extend(sequences)
 
     def _recover(self, exc: Exception) -> RunResult:
         failure_class = classify(exc)
@@ -292,7 +294,8 @@ class Segment:
             # The database is out of reach: the lease will expire and the reaper decides.
             log.error("run %s: cannot dead-letter either (%s)", self.run_id, last)
             return self._result(Outcome.FAILED, error=exc)
-        return self._result(Outcome.FAILED if won else Outcome.LEASE_LOST, error=exc)
+        lost = won is None
+        return self._result(Outcome.LEASE_LOST if lost else Outcome.FAILED, error=exc)
 
     def _result(
         self, outcome: Outcome, output: str | None = None, error: BaseException | None = None

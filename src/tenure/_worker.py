@@ -212,7 +212,7 @@ class Worker:
         assert verdict is not None
         # Guarded by our lease: if the run finished or left us meanwhile, this applies to nothing.
         settlement = _dead_letter(verdict, FailureClass.UNKNOWN, verdict.why, "drain")
-        if store.settle(segment.lease, settlement):
+        if store.settle(segment.lease, settlement) is not None:
             log.warning("run %s dead-lettered on drain: %s", segment.run_id, verdict.why)
 
     @contextlib.contextmanager

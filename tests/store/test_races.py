@@ -144,7 +144,7 @@ def test_settle_vs_cancel_first_wins_late_one_reports_it(store: Store) -> None:
         run_id = enqueue(store)
         lease = claim_one(store).lease
         settled, cancelled = race(
-            lambda lease=lease: store.settle(lease, completed()),
+            lambda lease=lease: store.settle(lease, completed()) is not None,
             lambda r=run_id: store.cancel(r),
         )
         assert settled != cancelled, "exactly one of settle and cancel wins"
@@ -187,8 +187,10 @@ def test_zombie_after_requeue_can_write_nothing(store: Store) -> None:
     assert store.record_step(zombie, 30, [step()]) is None
     assert not store.mark_fence(zombie, ToolEffect.NON_IDEMPOTENT_WRITE, 30)
     assert store.clear_fence(zombie, 30, step(EventKind.TOOL)) is None
-    assert not store.settle(zombie, completed("zombie"))
-    assert not store.settle(zombie, Settlement(RunStatus.FAILED, TerminationReason.NOT_RETRYABLE))
+    assert store.settle(zombie, completed("zombie")) is None
+    assert (
+        store.settle(zombie, Settlement(RunStatus.FAILED, TerminationReason.NOT_RETRYABLE)) is None
+    )
     assert not store.requeue(zombie, 0, FailureClass.TIMEOUT, "zombie")
     assert not store.release(zombie)
 
@@ -197,7 +199,7 @@ def test_zombie_after_requeue_can_write_nothing(store: Store) -> None:
     assert run is not None
     assert run.status is RunStatus.RUNNING and run.claimed_by == "worker:alive"
     assert run.pending_effect is None
-    assert store.settle(owner, completed("alive"))
+    assert store.settle(owner, completed("alive")) is not None
     assert store.get_run(run_id).output == "alive"  # type: ignore[union-attr]
 
 

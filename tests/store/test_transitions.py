@@ -103,7 +103,7 @@ def test_claim_of_a_running_or_terminal_run_does_not_win(store: Store) -> None:
     run_id = enqueue(store)
     claimed = claim_one(store)
     assert store.claim_run(run_id, "worker:b", 30) is None
-    assert store.settle(claimed.lease, completed())
+    assert store.settle(claimed.lease, completed()) is not None
     assert store.claim_run(run_id, "worker:b", 30) is None
     assert store.claim("worker:b", None, 30, 10) == []
 
@@ -206,7 +206,7 @@ def test_release_hands_back_without_charging_and_refuses_a_standing_write(
 def test_settle_completed_clears_request_lease_and_fence(store: Store) -> None:
     run_id = enqueue(store)
     lease = claim_one(store).lease
-    assert store.settle(lease, completed("42"))
+    assert store.settle(lease, completed("42")) is not None
     run = store.get_run(run_id, with_request=True)
     assert run is not None
     assert run.status is RunStatus.COMPLETED
@@ -227,7 +227,7 @@ def test_dead_letter_keeps_request_and_fence_as_evidence(store: Store) -> None:
         error="401",
         events=(step(EventKind.DEAD_LETTERED, reason="not_retryable"),),
     )
-    assert store.settle(lease, settlement)
+    assert store.settle(lease, settlement) is not None
     run = store.get_run(run_id, with_request=True)
     assert run is not None and run.is_dead_letter
     assert run.request is not None
@@ -238,8 +238,8 @@ def test_dead_letter_keeps_request_and_fence_as_evidence(store: Store) -> None:
 def test_terminal_is_terminal(store: Store) -> None:
     run_id = enqueue(store)
     lease = claim_one(store).lease
-    assert store.settle(lease, completed())
-    assert not store.settle(lease, completed("twice"))
+    assert store.settle(lease, completed()) is not None
+    assert store.settle(lease, completed("twice")) is None
     assert not store.cancel(run_id)
     assert store.record_step(lease, 30, [step()]) is None
     assert not store.mark_fence(lease, ToolEffect.IDEMPOTENT_WRITE, 30)
@@ -279,7 +279,7 @@ def test_redrive_requeues_a_dead_letter_with_a_fresh_budget(store: Store) -> Non
         error_class=FailureClass.TIMEOUT,
         error="t",
     )
-    assert store.settle(lease, dead)
+    assert store.settle(lease, dead) is not None
     assert store.redrive(run_id, force=False)
     run = store.get_run(run_id, with_request=True)
     assert run is not None
@@ -295,9 +295,8 @@ def test_redrive_refuses_a_standing_non_idempotent_fence_unless_forced(store: St
     run_id = enqueue(store)
     lease = claim_one(store).lease
     assert store.mark_fence(lease, ToolEffect.NON_IDEMPOTENT_WRITE, 30)
-    assert store.settle(
-        lease, Settlement(RunStatus.FAILED, TerminationReason.NOT_RETRYABLE, error="x")
-    )
+    dead = Settlement(RunStatus.FAILED, TerminationReason.NOT_RETRYABLE, error="x")
+    assert store.settle(lease, dead) is not None
     assert not store.redrive(run_id, force=False)
     assert store.get_run(run_id).status is RunStatus.FAILED  # type: ignore[union-attr]
     assert store.redrive(run_id, force=True)
@@ -315,11 +314,17 @@ def test_redrive_refuses_what_is_not_a_dead_letter(store: Store) -> None:
     other = enqueue(store)
     lease = store.claim_run(other, "w", 30)
     assert lease is not None
-    assert store.settle(lease.lease, Settlement(RunStatus.FAILED, TerminationReason.MAX_ITERATIONS))
+    assert (
+        store.settle(lease.lease, Settlement(RunStatus.FAILED, TerminationReason.MAX_ITERATIONS))
+        is not None
+    )
     assert not store.redrive(other, force=True)
     interactive = new_run(request=None)
     ilease = store.start(interactive, "run:h:1", 30)
-    assert store.settle(ilease, Settlement(RunStatus.FAILED, TerminationReason.NOT_RETRYABLE))
+    assert (
+        store.settle(ilease, Settlement(RunStatus.FAILED, TerminationReason.NOT_RETRYABLE))
+        is not None
+    )
     assert not store.redrive(interactive.run_id, force=True)  # nothing to re-execute
     assert not store.redrive("no-such-run", force=True)
 
@@ -327,7 +332,7 @@ def test_redrive_refuses_what_is_not_a_dead_letter(store: Store) -> None:
 def test_purge_deletes_old_terminal_runs_and_their_events_only(store: Store) -> None:
     done = enqueue(store)
     lease = store.claim_run(done, "w", 30)
-    assert lease is not None and store.settle(lease.lease, completed())
+    assert lease is not None and store.settle(lease.lease, completed()) is not None
     waiting = enqueue(store)
     assert store.purge(3600) == 0
     expire(0.1)
@@ -341,7 +346,10 @@ def test_runs_filters_and_limits(store: Store) -> None:
     enqueue(store, queue="q2")
     lease = store.claim_run(a, "w", 30)
     assert lease is not None
-    assert store.settle(lease.lease, Settlement(RunStatus.FAILED, TerminationReason.NOT_RETRYABLE))
+    assert (
+        store.settle(lease.lease, Settlement(RunStatus.FAILED, TerminationReason.NOT_RETRYABLE))
+        is not None
+    )
     assert [r.id for r in store.runs(status=RunStatus.FAILED)] == [a]
     assert [r.id for r in store.runs(reason=TerminationReason.NOT_RETRYABLE)] == [a]
     assert len(store.runs(queue="q2")) == 1

@@ -132,7 +132,8 @@ class Store(Protocol):
     def release(self, lease: Lease) -> bool:
         """Hand a run back to the queue without charging its requeue budget (drain)."""
 
-    def settle(self, lease: Lease, settlement: Settlement) -> bool: ...
+    def settle(self, lease: Lease, settlement: Settlement) -> list[int] | None:
+        """The terminal state and its events; their sequences, or None if not ours."""
 
     def cancel(self, run_id: str) -> bool: ...
 

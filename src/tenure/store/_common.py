@@ -255,7 +255,7 @@ class SQLStore(ABC):
             self._guarded("release", self._lease_params(lease), lease.run_id, [event]) is not None
         )
 
-    def settle(self, lease: Lease, settlement: Settlement) -> bool:
+    def settle(self, lease: Lease, settlement: Settlement) -> list[int] | None:
         params = {
             **self._lease_params(lease),
             "status": str(settlement.status),
@@ -269,7 +269,7 @@ class SQLStore(ABC):
             "output_tokens": settlement.usage.output_tokens,
             "cost": settlement.usage.cost,
         }
-        return self._guarded("settle", params, lease.run_id, settlement.events) is not None
+        return self._guarded("settle", params, lease.run_id, settlement.events)
 
     def cancel(self, run_id: str) -> bool:
         event = lifecycle(EventKind.CANCELLED)
