@@ -130,8 +130,7 @@ class SQLiteStore(SQLStore):
                     raise DatabaseUnavailable(f"database {self.path!r}: {exc}") from exc
                 if attempt == self.locked_retries:
                     raise DatabaseUnavailable(
-                        f"database {self.path!r} stayed locked after "
-                        f"{self.locked_retries} retries"
+                        f"database {self.path!r} stayed locked after {self.locked_retries} retries"
                     ) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
