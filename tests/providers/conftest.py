@@ -1,0 +1,219 @@
+"""A chat-completions server on 127.0.0.1 for the whole test session.
+
+It speaks just enough of `/v1/chat/completions` for the real `openai` client: each test
+gets its own endpoint (a path prefix), queues the replies it wants (answers, error
+statuses with headers, slow answers, dropped connections, malformed bodies) and reads back
+the requests the server received.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from tenure.providers.openai import OpenAICompatible
+
+MODEL = "test-model"
+API_KEY = "test-key"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer: a status with a body, or a delay, or a dropped connection."""
+
+    status: int = 200
+    body: Any = None  # JSON-ready value, or bytes sent verbatim
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+    delay: float = 0.0
+    drop: bool = False
+
+
+def completion(
+    text: str | None = None,
+    calls: list[tuple[str, Any]] | None = None,
+    usage: tuple[int, int] | None = (10, 5),
+    model: str = MODEL,
+) -> Reply:
+    """A 200 answer; `calls` are (name, arguments) with arguments a dict or raw text."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": f"call_{secrets.token_hex(4)}",
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                },
+            }
+            for name, args in calls
+        ]
+    body: dict[str, Any] = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if calls else "stop",
+            }
+        ],
+    }
+    if usage is not None:
+        body["usage"] = {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": usage[0] + usage[1],
+        }
+    return Reply(body=body)
+
+
+def error(status: int, message: str = "failed", code: str | None = None, **headers: str) -> Reply:
+    payload = {"error": {"message": message, "type": "test_error", "param": None, "code": code}}
+    return Reply(
+        status=status, body=payload, headers={k.replace("_", "-"): v for k, v in headers.items()}
+    )
+
+
+@dataclass
+class Endpoint:
+    server: ChatServer
+    token: str
+    replies: deque[Reply] = field(default_factory=deque)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.port}/{self.token}/v1"
+
+    def push(self, *replies: Reply) -> Endpoint:
+        self.replies.extend(replies)
+        return self
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_POST(self) -> None:
+        parts = self.path.strip("/").split("/", 1)
+        endpoint = self.server.owner.endpoints.get(parts[0])
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if endpoint is None or len(parts) < 2 or parts[1] != "v1/chat/completions":
+            self._send(Reply(status=404, body={"error": {"message": f"no route {self.path}"}}))
+            return
+        with self.server.owner.lock:
+            endpoint.requests.append(
+                {
+                    "body": json.loads(raw),
+                    "headers": {k.lower(): v for k, v in self.headers.items()},
+                }
+            )
+            reply = endpoint.replies.popleft() if endpoint.replies else None
+        if reply is None:
+            reply = Reply(status=500, body={"error": {"message": "no reply queued"}})
+        if reply.delay:
+            self.server.owner.stopping.wait(reply.delay)
+        if reply.drop:
+            self.close_connection = True
+            return  # nothing written: the client sees the connection close under it
+        self._send(reply)
+
+    def _send(self, reply: Reply) -> None:
+        body = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+        self.send_response(reply.status)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: ChatServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that timed out has closed its socket before a slow answer is written.
+        pass
+
+
+class ChatServer:
+    def __init__(self) -> None:
+        self.endpoints: dict[str, Endpoint] = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd.owner = self
+        self.port: int = self._httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+
+    def endpoint(self) -> Endpoint:
+        endpoint = Endpoint(self, secrets.token_hex(6))
+        with self.lock:
+            self.endpoints[endpoint.token] = endpoint
+        return endpoint
+
+    def close(self) -> None:
+        self.stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def chat_server() -> Iterator[ChatServer]:
+    server = ChatServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def endpoint(chat_server: ChatServer) -> Endpoint:
+    return chat_server.endpoint()
+
+
+@pytest.fixture
+def make_provider() -> Iterator[Callable[..., OpenAICompatible]]:
+    """OpenAICompatible providers, all closed at the end of the test."""
+    made: list[OpenAICompatible] = []
+
+    def make(url: str, **kwargs: Any) -> OpenAICompatible:
+        kwargs.setdefault("model", MODEL)
+        kwargs.setdefault("api_key", API_KEY)
+        kwargs.setdefault("timeout", 5.0)
+        provider = OpenAICompatible(base_url=url, **kwargs)
+        made.append(provider)
+        return provider
+
+    yield make
+    for provider in made:
+        provider.close()
+
+
+@pytest.fixture
+def refused_url() -> str:
+    """A loopback URL where nothing listens (the port was just released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
