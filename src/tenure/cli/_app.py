@@ -1,0 +1,84 @@
+"""Which Runtime the command works with: `--app MODULE:ATTR` (the user's, with its tools and
+models, found the way `celery -A` finds an app) or the built-in demo app, on `--database`."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+from tenure import Runtime
+
+DEFAULT_APP = "tenure.demo:app"
+
+
+class CliError(Exception):
+    """A one-line message for the user and the exit code that goes with it."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class UsageError(CliError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 2)
+
+
+class NotFound(CliError):
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run with id {run_id!r}", 1)
+
+
+def load_app(spec: str | None) -> Runtime:
+    """`MODULE:ATTR` (ATTR defaults to `app`; a callable is called to make the Runtime)."""
+    spec = spec or DEFAULT_APP
+    module_name, _, attr = spec.partition(":")
+    attr = attr or "app"
+    if not module_name:
+        raise UsageError(f"--app {spec!r}: expected MODULE:ATTR, e.g. myproject.agents:rt")
+    # Like `celery -A`: modules of the current directory are importable.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise UsageError(f"--app {spec}: no module named {module_name!r}") from None
+        raise
+    found: Any = module
+    for part in attr.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise UsageError(f"--app {spec}: module {module_name!r} has no {attr!r}") from None
+    if callable(found) and not isinstance(found, Runtime):
+        found = found()
+    if not isinstance(found, Runtime):
+        raise UsageError(f"--app {spec}: {attr} is a {type(found).__name__}, not a tenure.Runtime")
+    return found
+
+
+class Context:
+    """What every command gets: its arguments and, on first use, the app on its database."""
+
+    def __init__(self, app_spec: str | None, database: str | None) -> None:
+        self.app_spec = app_spec
+        self.database = database
+        self._app: Runtime | None = None
+
+    @property
+    def app(self) -> Runtime:
+        if self._app is None:
+            app = load_app(self.app_spec)
+            if self.database:
+                app.use_database(self.database)
+            self._app = app
+        return self._app
+
+    def close(self) -> None:
+        if self._app is not None:
+            self._app.close()

@@ -1,0 +1,306 @@
+"""What each `tenure` command does, on top of the public Runtime API."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+
+from tenure import (
+    InvalidRequest,
+    Outcome,
+    Run,
+    RunRequest,
+    RunStatus,
+    Runtime,
+    TerminationReason,
+    ToolEffect,
+)
+from tenure.cli._app import CliError, Context, NotFound, UsageError
+from tenure.cli._output import (
+    err,
+    event_line,
+    out,
+    print_json,
+    print_json_line,
+    reason_text,
+    run_details,
+    runs_table,
+)
+from tenure.providers.scripted import parse_script
+
+FOLLOW_POLL_SECONDS = 0.25
+# Bulk redrive reads dead-letters in pages of this size.
+REDRIVE_PAGE = 500
+
+
+def _read_script(path: str | None) -> list[dict[str, Any]] | None:
+    if path is None:
+        return None
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"--script {path}: cannot read it: {reason}") from None
+    try:
+        script = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--script {path}: not valid JSON: {exc}") from None
+    try:
+        parse_script(script)
+    except InvalidRequest as exc:
+        raise UsageError(f"--script {path}: {exc}") from None
+    assert isinstance(script, list)
+    return script
+
+
+def _request(args: argparse.Namespace) -> RunRequest:
+    return RunRequest(
+        prompt=args.prompt,
+        model=args.model,
+        tools=list(args.tools),
+        queue=args.queue,
+        idempotency_key=args.idempotency_key,
+        max_iterations=args.max_iterations,
+        script=_read_script(args.script),
+    )
+
+
+def _existing(app: Runtime, run_id: str) -> Run:
+    run = app.status(run_id)
+    if run is None:
+        raise NotFound(run_id)
+    return run
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+def init(ctx: Context, args: argparse.Namespace) -> int:
+    app = ctx.app
+    version = app.store.schema_version()
+    out.print(f"database ready: {app.database_url} (schema version {version})")
+    return 0
+
+
+def enqueue(ctx: Context, args: argparse.Namespace) -> int:
+    request = _request(args)
+    out.print(ctx.app.enqueue(request, delay=args.delay))
+    return 0
+
+
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    request = _request(args)
+    result = ctx.app.run(request)
+    final = ctx.app.status(result.run_id)
+    ok = result.outcome is Outcome.COMPLETED
+    line = Text(str(result.outcome), style="green" if ok else "red")
+    if final is not None and final.termination_reason:
+        line.append(" (").append_text(reason_text(final.termination_reason)).append(")")
+    out.print(line + Text(f"  {result.run_id}"))
+    if result.output is not None:
+        out.print(result.output)
+    if result.error is not None:
+        err.print(f"error: {final.error if final and final.error else result.error}")
+    return 0 if ok else 1
+
+
+def _tune(app: Runtime, args: argparse.Namespace) -> None:
+    if args.lease_seconds is not None:
+        app.settings = dataclasses.replace(app.settings, lease_seconds=args.lease_seconds)
+    if args.backoff_base is not None:
+        app.settings = dataclasses.replace(app.settings, backoff_base=args.backoff_base)
+
+
+def worker(ctx: Context, args: argparse.Namespace) -> int:
+    app = ctx.app
+    _tune(app, args)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("tenure").setLevel(logging.INFO)
+    w = app.worker(
+        args.concurrency,
+        args.queues,
+        args.burst,
+        poll_interval=args.poll_interval,
+        grace_seconds=args.grace_seconds,
+    )
+    queues = ", ".join(args.queues) if args.queues else "all queues"
+    err.print(
+        f"{w.identity} on {app.database_url}: {queues}, concurrency {args.concurrency}, "
+        f"lease {app.settings.lease_seconds:g}s; SIGTERM or Ctrl-C drains"
+    )
+    stats = w.run()
+    outcomes = ", ".join(f"{n} {k}" for k, n in sorted(stats.outcomes.items())) or "none"
+    how = "burst done" if args.burst else "drained and stopped"
+    out.print(
+        f"worker {how}: claimed {stats.claimed} run{'' if stats.claimed == 1 else 's'} "
+        f"({outcomes}); "
+        f"handed back {stats.released}; reaped {stats.reaped}"
+    )
+    return 0
+
+
+def reap(ctx: Context, args: argparse.Namespace) -> int:
+    report = ctx.app.reap(args.limit)
+    out.print(f"requeued {report.requeued}")
+    out.print(f"dead-lettered {report.dead_lettered}")
+    out.print(f"skipped {report.skipped}")
+    return 0
+
+
+def runs(ctx: Context, args: argparse.Namespace) -> int:
+    found = ctx.app.runs(args.status, args.reason, args.queue, args.limit)
+    if args.json:
+        print_json([r.to_json() for r in found])
+    elif found:
+        runs_table(found)
+    else:
+        out.print("no runs")
+    return 0
+
+
+def status(ctx: Context, args: argparse.Namespace) -> int:
+    found = _existing(ctx.app, args.run_id)
+    if args.json:
+        print_json(found.to_json())
+    else:
+        run_details(found)
+    return 0
+
+
+def events(ctx: Context, args: argparse.Namespace) -> int:
+    app = ctx.app
+    _existing(app, args.run_id)
+    if not args.follow:
+        found = app.events(args.run_id, args.after)
+        if args.json:
+            print_json([e.to_json() for e in found])
+        for event in [] if args.json else found:
+            out.print(event_line(event))
+        return 0
+    after = args.after
+    while True:
+        # Status first, events second: whatever ended the run is among the events read after.
+        current = app.status(args.run_id)
+        for event in app.events(args.run_id, after):
+            if args.json:
+                print_json_line(event.to_json())
+            else:
+                out.print(event_line(event))
+            after = event.sequence
+        if current is None or current.status.is_terminal:
+            return 0
+        time.sleep(FOLLOW_POLL_SECONDS)
+
+
+def cancel(ctx: Context, args: argparse.Namespace) -> int:
+    app = ctx.app
+    if app.cancel(args.run_id):
+        out.print(f"cancelled {args.run_id}")
+        return 0
+    found = _existing(app, args.run_id)
+    raise CliError(f"run {args.run_id} has already ended ({found.status}): nothing to cancel")
+
+
+def _redrive_one(app: Runtime, run_id: str, force: bool) -> int:
+    if app.redrive(run_id, force=force):
+        out.print(f"redriven {run_id}" + (" (forced)" if force else ""))
+        return 0
+    found = _existing(app, run_id)
+    if not found.is_dead_letter:
+        state = f"{found.status}" + (
+            f" ({found.termination_reason})" if found.termination_reason else ""
+        )
+        raise CliError(f"run {run_id} is {state}, not dead-lettered: nothing to redrive")
+    if found.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE and not force:
+        raise CliError(
+            f"run {run_id} was stopped during a non-idempotent write (its fence stands): the "
+            "write may have happened; check, then redrive it with --force"
+        )
+    raise CliError(f"run {run_id} has no stored request to run again")
+
+
+def _redrive_all(app: Runtime) -> int:
+    redriven = fenced = refused = 0
+    seen: set[str] = set()
+    for reason in (TerminationReason.RETRIES_EXHAUSTED, TerminationReason.NOT_RETRYABLE):
+        while True:
+            # What stays dead-lettered (skipped or refused) is in `seen`: ask for that many more.
+            page = [
+                r
+                for r in app.runs(RunStatus.FAILED, reason, limit=REDRIVE_PAGE + len(seen))
+                if r.id not in seen
+            ]
+            if not page:
+                break
+            for found in page:
+                seen.add(found.id)
+                if found.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+                    fenced += 1
+                elif app.redrive(found.id):
+                    redriven += 1
+                else:
+                    refused += 1
+    out.print(f"redriven {redriven}")
+    out.print(f"skipped {fenced} (non-idempotent fence stands: redrive each with --force)")
+    if refused:
+        out.print(f"refused {refused} (no stored request, or changed meanwhile)")
+    return 0
+
+
+def redrive(ctx: Context, args: argparse.Namespace) -> int:
+    if args.all_dead_letters:
+        if args.run_id or args.force:
+            raise UsageError("--all-dead-letters takes no RUN and no --force")
+        return _redrive_all(ctx.app)
+    if not args.run_id:
+        raise UsageError("name a RUN, or use --all-dead-letters")
+    return _redrive_one(ctx.app, args.run_id, args.force)
+
+
+def purge(ctx: Context, args: argparse.Namespace) -> int:
+    deleted = ctx.app.purge(args.older_than)
+    out.print(f"purged {deleted} runs")
+    return 0
+
+
+def demo(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure.demo._run import DemoOptions, run_demo
+
+    if ctx.app_spec:
+        raise UsageError("tenure demo runs the built-in demo app: leave out --app")
+    return run_demo(
+        DemoOptions(
+            database_url=ctx.database,
+            runs=args.runs,
+            concurrency=args.concurrency,
+            seed=args.seed,
+        )
+    )
+
+
+HANDLERS = {
+    "init": init,
+    "enqueue": enqueue,
+    "run": run,
+    "worker": worker,
+    "reap": reap,
+    "runs": runs,
+    "status": status,
+    "events": events,
+    "cancel": cancel,
+    "redrive": redrive,
+    "purge": purge,
+    "demo": demo,
+}

@@ -1,0 +1,207 @@
+"""How the command line shows things: aligned tables (coloured on a terminal, plain when
+piped), one-line event summaries, JSON for `--json`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from tenure import Event, EventKind, Run, RunStatus, TerminationReason
+
+# markup=False: run outputs, errors and prompts are user text and must print verbatim.
+out = Console(highlight=False, markup=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+
+STATUS_STYLE = {
+    RunStatus.QUEUED: "cyan",
+    RunStatus.RUNNING: "blue",
+    RunStatus.WAITING_FOR_APPROVAL: "magenta",
+    RunStatus.WAITING_FOR_INPUT: "magenta",
+    RunStatus.COMPLETED: "green",
+    RunStatus.FAILED: "red",
+    RunStatus.CANCELLED: "yellow",
+}
+REASON_STYLE = {
+    TerminationReason.COMPLETED: "green",
+    TerminationReason.RETRIES_EXHAUSTED: "bold red",
+    TerminationReason.NOT_RETRYABLE: "bold red",
+    TerminationReason.CANCELLED: "yellow",
+}
+Cell = str | Text
+
+
+def error(message: str) -> None:
+    err.print(Text("tenure: ", style="bold red") + Text(message))
+
+
+def status_text(status: RunStatus | str) -> Text:
+    return Text(str(status), style=STATUS_STYLE.get(RunStatus(status), ""))
+
+
+def reason_text(reason: TerminationReason | str | None) -> Text:
+    if not reason:
+        return Text("")
+    return Text(str(reason), style=REASON_STYLE.get(TerminationReason(reason), "yellow"))
+
+
+def when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else ""
+
+
+def clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Cell]], console: Console = out) -> None:
+    """Columns padded to their widest cell, two spaces apart; no wrapping, no borders."""
+    cells = [[Text(c) if isinstance(c, str) else c for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, c.cell_len) for w, c in zip(widths, row, strict=True)]
+    console.print(_line([Text(h, style="bold") for h in headers], widths))
+    for row in cells:
+        console.print(_line(row, widths))
+
+
+def _line(cells: Sequence[Text], widths: Sequence[int]) -> Text:
+    line = Text()
+    for i, (cell, width) in enumerate(zip(cells, widths, strict=True)):
+        if i:
+            line.append("  ")
+        line.append_text(cell)
+        if i < len(cells) - 1:
+            line.append(" " * (width - cell.cell_len))
+    line.rstrip()
+    return line
+
+
+def runs_table(runs: Sequence[Run]) -> None:
+    table(
+        ["id", "queue", "status", "reason", "attempt", "requeues", "fence", "updated", "error"],
+        (
+            [
+                r.id,
+                r.queue,
+                status_text(r.status),
+                reason_text(r.termination_reason),
+                str(r.attempt),
+                str(r.requeue_count),
+                str(r.pending_effect or ""),
+                when(r.updated_at),
+                clip(r.error, 60),
+            ]
+            for r in runs
+        ),
+    )
+
+
+def run_details(run: Run) -> None:
+    fields = run.to_json()
+    fields.pop("request", None)
+    width = max(len(k) for k in fields)
+    for key, value in fields.items():
+        line = Text(key.ljust(width) + "  ", style="bold")
+        if key == "status":
+            line.append_text(status_text(run.status))
+        elif key == "termination_reason":
+            line.append_text(reason_text(run.termination_reason))
+        else:
+            line.append("" if value is None else str(value))
+        out.print(line)
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def print_json_line(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+# -- events ------------------------------------------------------------------------------
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _llm(p: dict[str, Any]) -> str:
+    message = p.get("message") or {}
+    calls = message.get("tool_calls") or []
+    if calls:
+        named = [f"{c['function']['name']}({c['function']['arguments']})" for c in calls]
+        return "calls " + ", ".join(named)
+    return f"says {message.get('content')!r}"
+
+
+def _tool(p: dict[str, Any]) -> str:
+    head = f"{p.get('name')}({_compact(p.get('args', {}))})"
+    tail = f"error: {p['error']}" if p.get("error") else _compact(p.get("result"))
+    return f"{head} -> {tail}  [{p.get('effect')}, key {p.get('idempotency_key')}]"
+
+
+def _requeued(p: dict[str, Any]) -> str:
+    cause = p.get("cause")
+    if cause == "failure":
+        return f"after a failure: {p.get('error')}; retry in {p.get('delay')}s"
+    if cause == "stale":
+        return f"stale: its worker stopped renewing lease token {p.get('lease_token')}"
+    if cause == "drain":
+        return f"handed back by {p.get('worker')} on drain"
+    return _compact(p)
+
+
+def _dead_lettered(p: dict[str, Any]) -> str:
+    detail = p.get("why") or p.get("error")
+    return f"{p.get('reason')} ({p.get('cause')}): {detail}"
+
+
+def summarize(event: Event) -> str:
+    p = event.payload
+    kind = event.kind
+    if kind is EventKind.REQUEST:
+        tools = ", ".join(p.get("tools") or []) or "none"
+        return f"prompt {p.get('prompt')!r}, model {p.get('model')}, tools {tools}"
+    if kind is EventKind.CLAIMED:
+        return f"by {p.get('worker')} (lease token {p.get('lease_token')})"
+    if kind is EventKind.LLM:
+        return _llm(p)
+    if kind is EventKind.TOOL:
+        return _tool(p)
+    if kind is EventKind.ASSEMBLED:
+        return f"answer {p.get('output')!r}"
+    if kind is EventKind.REQUEUED:
+        return _requeued(p)
+    if kind is EventKind.DEAD_LETTERED:
+        return _dead_lettered(p)
+    if kind is EventKind.REDRIVEN:
+        return "by an operator" + (" with --force" if p.get("force") else "")
+    return _compact(p) if p else ""
+
+
+EVENT_STYLE = {
+    EventKind.REQUEUED: "yellow",
+    EventKind.DEAD_LETTERED: "bold red",
+    EventKind.CANCELLED: "yellow",
+    EventKind.ASSEMBLED: "green",
+    EventKind.REDRIVEN: "cyan",
+}
+
+
+def event_line(event: Event) -> Text:
+    line = Text(f"{event.sequence:>4}  ")
+    line.append(f"a{event.attempt}  ", style="dim")
+    line.append(event.created_at.strftime("%H:%M:%S.%f")[:-3] + "  ", style="dim")
+    line.append(f"{event.kind!s:<13}", style=EVENT_STYLE.get(event.kind, "bold"))
+    line.append("  " + clip(summarize(event), 200))
+    line.rstrip()
+    return line

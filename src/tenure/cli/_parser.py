@@ -1,0 +1,214 @@
+"""The `tenure` command line: global options, commands and their options (SPEC §10)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable
+from typing import NoReturn
+
+from rich.text import Text
+
+from tenure import RunStatus, TerminationReason, __version__
+from tenure.cli._output import err
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage mistake in one line, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        err.print(
+            Text(f"{self.prog}: error: ", style="bold red")
+            + Text(f"{message} (see '{self.prog} --help')")
+        )
+        raise SystemExit(2)
+
+
+def duration(text: str) -> float:
+    """`30d`, `12h`, `45m`, `90s` (a number and a unit) in seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"bad duration {text!r}: use a number and a unit s, m, h or d, e.g. 30d or 12h"
+        )
+    return float(match.group(1)) * DURATION_UNITS[match.group(2)]
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _number(text: str, *, allow_zero: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise argparse.ArgumentTypeError(f"expected a number of seconds {bound}, got {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    return _number(text, allow_zero=True)
+
+
+def positive_seconds(text: str) -> float:
+    return _number(text, allow_zero=False)
+
+
+Handler = Callable[..., int]
+
+
+def _request_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prompt", required=True, metavar="TEXT", help="what the agent should do")
+    p.add_argument("--model", default="default", metavar="M", help="a registered model")
+    p.add_argument(
+        "--tool",
+        dest="tools",
+        action="append",
+        default=[],
+        metavar="T",
+        help="a registered tool the run may call (repeatable)",
+    )
+    p.add_argument(
+        "--script",
+        metavar="FILE",
+        help="a JSON array of turns for the scripted model ('-' reads standard input)",
+    )
+    p.add_argument("--queue", default="default", metavar="Q")
+    p.add_argument("--idempotency-key", metavar="K", help="enqueue at most one run per key")
+    p.add_argument("--max-iterations", type=positive_int, default=10, metavar="N")
+
+
+def build(handlers: dict[str, Handler]) -> Parser:
+    parser = Parser(
+        prog="tenure",
+        description="Durable LLM agent runs: enqueue, work, inspect and operate them.",
+        epilog="Exit codes: 0 success, 1 the operation failed or found nothing, 2 bad usage.",
+    )
+    parser.add_argument(
+        "--database",
+        metavar="URL",
+        help="sqlite:///FILE or postgresql://... "
+        "(default: $TENURE_DATABASE_URL, else sqlite:///tenure.db)",
+    )
+    parser.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        help="your tenure.Runtime, with its tools and models (default: the built-in demo app, "
+        "tenure.demo:app)",
+    )
+    parser.add_argument("--version", action="version", version=f"tenure {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(handler=handlers[name])
+        return p
+
+    command("init", "create or migrate the schema (also done on first use)")
+
+    p = command("enqueue", "queue a run; prints its id")
+    _request_options(p)
+    p.add_argument("--delay", type=seconds, default=0.0, metavar="S", help="not before S seconds")
+
+    p = command("run", "execute a run here and now; prints its outcome and answer")
+    _request_options(p)
+
+    p = command("worker", "work the queue; SIGTERM or Ctrl-C drains it gracefully")
+    p.add_argument("--concurrency", type=positive_int, default=4, metavar="N")
+    p.add_argument(
+        "--queue", dest="queues", action="append", metavar="Q", help="only this queue (repeatable)"
+    )
+    p.add_argument("--burst", action="store_true", help="stop when nothing is runnable now")
+    p.add_argument(
+        "--lease-seconds", type=positive_seconds, metavar="S", help="override the app's lease"
+    )
+    p.add_argument(
+        "--backoff-base",
+        type=positive_seconds,
+        metavar="S",
+        help="override the app's retry backoff base",
+    )
+    p.add_argument(
+        "--poll-interval", type=positive_seconds, default=1.0, metavar="S", help="idle polling"
+    )
+    p.add_argument(
+        "--grace-seconds",
+        type=seconds,
+        default=30.0,
+        metavar="S",
+        help="how long a drain waits for in-flight runs before handing them back",
+    )
+
+    p = command("reap", "one reaper pass over runs whose lease expired; prints the counts")
+    p.add_argument("--limit", type=positive_int, default=50, metavar="N")
+
+    p = command("runs", "a table of runs, newest first")
+    p.add_argument("--status", choices=[s.value for s in RunStatus], metavar="S")
+    p.add_argument("--reason", choices=[r.value for r in TerminationReason], metavar="R")
+    p.add_argument("--queue", metavar="Q")
+    p.add_argument("--limit", type=positive_int, default=100, metavar="N")
+    p.add_argument("--json", action="store_true", help="a JSON array of run objects")
+
+    p = command("status", "one run")
+    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("--json", action="store_true", help="the run as a JSON object")
+
+    p = command("events", "a run's events")
+    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("--after", type=int, default=-1, metavar="N", help="only sequences above N")
+    p.add_argument("--follow", action="store_true", help="stream new events until it ends")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="a JSON array of event objects (with --follow: one JSON object per line)",
+    )
+
+    p = command("cancel", "cancel a run that has not ended")
+    p.add_argument("run_id", metavar="RUN")
+
+    p = command("redrive", "send a dead-lettered run back to the queue with a fresh budget")
+    p.add_argument("run_id", metavar="RUN", nargs="?")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="even if a non-idempotent write may have happened (its fence stands)",
+    )
+    p.add_argument(
+        "--all-dead-letters",
+        action="store_true",
+        help="every dead-lettered run, except those whose non-idempotent fence stands",
+    )
+
+    p = command("purge", "delete ended runs, and their events, older than a duration")
+    p.add_argument(
+        "--older-than", type=duration, required=True, metavar="DURATION", help="e.g. 30d, 12h"
+    )
+
+    p = command("demo", "the main job: scripted runs, two workers, one killed, an audit")
+    p.add_argument("--runs", type=positive_int, default=300, metavar="N")
+    p.add_argument("--concurrency", type=positive_int, default=8, metavar="N", help="per worker")
+    p.add_argument("--seed", type=int, default=7, metavar="N", help="the workload's mix")
+    return parser

@@ -1,0 +1,148 @@
+"""What the demo checks at the end, read back from the database after the workers stopped.
+
+- every run ended (SPEC §13.1);
+- no non-idempotent write ran twice: at most one ledger row per (run, idempotency key)
+  (SPEC §13.2);
+- a ledger row that the journal does not record is a write interrupted by the kill: its run
+  must have been dead-lettered with the fence standing, never resumed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tenure import Event, EventKind, Run, RunStatus, Runtime, TerminationReason, ToolEffect
+from tenure.demo._app import sqlite_path
+
+
+@dataclass
+class Scenario:
+    runs: int = 0
+    completed: int = 0
+    dead_lettered: int = 0
+    retried: int = 0
+    recovered: int = 0
+
+
+@dataclass(frozen=True)
+class Audit:
+    runs: int
+    ended: int
+    outcomes: dict[tuple[str, str], int]
+    ledger_rows: int
+    ledger_keys: int
+    repeated_writes: int
+    journaled_writes: int
+    interrupted_writes: int
+    interrupted_not_fenced: int
+    stale_requeued: int
+    recovered_from_killed: int
+    scenarios: dict[str, Scenario]
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.runs > 0
+            and self.ended == self.runs
+            and self.repeated_writes == 0
+            and self.interrupted_not_fenced == 0
+        )
+
+
+def _ledger(database_url: str) -> dict[tuple[str, str], int]:
+    conn = sqlite3.connect(sqlite_path(database_url))
+    try:
+        rows = conn.execute(
+            "SELECT run_id, idempotency_key, COUNT(*) FROM demo_ledger "
+            "GROUP BY run_id, idempotency_key"
+        ).fetchall()
+    finally:
+        conn.close()
+    return {(run_id, key): int(n) for run_id, key, n in rows}
+
+
+def _journaled_keys(events: Sequence[Event]) -> set[str]:
+    return {
+        str(e.payload.get("idempotency_key"))
+        for e in events
+        if e.kind is EventKind.TOOL
+        and e.payload.get("effect") == ToolEffect.NON_IDEMPOTENT_WRITE
+        and not e.payload.get("error")
+    }
+
+
+@dataclass
+class _Requeues:
+    failure: bool = False
+    stale: bool = False
+    from_killed: bool = False
+
+
+def _requeues(events: Sequence[Event], killed: Sequence[str]) -> _Requeues:
+    """Was the run requeued after a failure, as stale, as stale from a killed worker's lease?"""
+    holder: dict[object, str] = {}
+    found = _Requeues()
+    for e in events:
+        if e.kind is EventKind.CLAIMED:
+            holder[e.payload.get("lease_token")] = str(e.payload.get("worker"))
+        elif e.kind is EventKind.REQUEUED and e.payload.get("cause") == "failure":
+            found.failure = True
+        elif e.kind is EventKind.REQUEUED and e.payload.get("cause") == "stale":
+            found.stale = True
+            worker = holder.get(e.payload.get("lease_token"), "")
+            found.from_killed = found.from_killed or any(worker.startswith(k) for k in killed)
+    return found
+
+
+def _scenario(events: Sequence[Event]) -> str:
+    request = next((e.payload for e in events if e.kind is EventKind.REQUEST), {})
+    return str((request.get("metadata") or {}).get("scenario", "other"))
+
+
+def audit(app: Runtime, total: int, killed: Sequence[str]) -> Audit:
+    """`killed`: the identity prefixes (`worker:HOST:PID:`) of the workers that were killed."""
+    runs: list[Run] = app.runs(limit=total + 1000)
+    ledger = _ledger(app.database_url)
+    keys_by_run: dict[str, set[str]] = {}
+    for run_id, key in ledger:
+        keys_by_run.setdefault(run_id, set()).add(key)
+    journaled = interrupted = interrupted_not_fenced = stale = from_killed = 0
+    scenarios: dict[str, Scenario] = {}
+    for run in runs:
+        events = app.events(run.id)
+        keys = _journaled_keys(events)
+        journaled += len(keys)
+        lost = keys_by_run.get(run.id, set()) - keys
+        interrupted += len(lost)
+        fenced = (
+            run.termination_reason is TerminationReason.NOT_RETRYABLE
+            and run.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE
+        )
+        interrupted_not_fenced += len(lost) if lost and not fenced else 0
+        requeues = _requeues(events, killed)
+        stale += requeues.stale
+        from_killed += requeues.from_killed
+        scenario = scenarios.setdefault(_scenario(events), Scenario())
+        scenario.runs += 1
+        scenario.completed += run.status is RunStatus.COMPLETED
+        scenario.dead_lettered += run.is_dead_letter
+        scenario.retried += requeues.failure
+        scenario.recovered += requeues.from_killed
+    outcomes = Counter((str(r.status), str(r.termination_reason or "")) for r in runs)
+    return Audit(
+        runs=len(runs),
+        ended=sum(r.status.is_terminal for r in runs),
+        outcomes=dict(sorted(outcomes.items())),
+        ledger_rows=sum(ledger.values()),
+        ledger_keys=len(ledger),
+        repeated_writes=sum(1 for n in ledger.values() if n > 1),
+        journaled_writes=journaled,
+        interrupted_writes=interrupted,
+        interrupted_not_fenced=interrupted_not_fenced,
+        stale_requeued=stale,
+        recovered_from_killed=from_killed,
+        scenarios=scenarios,
+    )

@@ -1,0 +1,268 @@
+"""`tenure demo`: the main job on the embedded default (SPEC §12).
+
+A fresh SQLite file; a few hundred scripted runs; two worker processes (`tenure worker`);
+one of them SIGKILLed while it holds runs, and a replacement started; a live progress
+display; then a table by status and reason and the audit of `_audit.py`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tenure import RunStatus
+from tenure.cli._app import CliError, UsageError
+from tenure.demo._app import app, connect, sqlite_path
+from tenure.demo._audit import Audit, audit
+from tenure.demo._workload import SCENARIOS, workload
+
+DEFAULT_DEMO_DATABASE = "sqlite:///tenure-demo.db"
+# Kill the first worker once this share of the runs has ended (it still holds some then).
+KILL_AT = 0.3
+TICK_SECONDS = 0.2
+STOP_TIMEOUT = 20.0
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    database_url: str | None = None
+    runs: int = 300
+    concurrency: int = 8
+    seed: int = 7
+    # A short lease so a killed worker's runs come back within seconds; short backoffs.
+    lease_seconds: float = 2.0
+    backoff_base: float = 0.2
+    poll_interval: float = 0.2
+    deadline_seconds: float = 150.0
+
+
+@dataclass
+class WorkerProcess:
+    number: int
+    proc: subprocess.Popen[bytes]
+    log: IO[bytes]
+    log_path: Path
+    killed: bool = False
+    held_when_killed: int = 0
+
+    @property
+    def prefix(self) -> str:
+        """How this process's segments are named in `claimed_by` (`worker:HOST:PID:N`)."""
+        return f"worker:{socket.gethostname()}:{self.proc.pid}:"
+
+
+@dataclass
+class Fleet:
+    database_url: str
+    options: DemoOptions
+    log_dir: Path
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    def start(self) -> WorkerProcess:
+        number = len(self.workers) + 1
+        path = self.log_dir / f"worker-{number}.log"
+        log = path.open("wb")
+        o = self.options
+        command = [
+            sys.executable, "-m", "tenure", "--database", self.database_url, "worker",
+            "--concurrency", str(o.concurrency), "--lease-seconds", str(o.lease_seconds),
+            "--backoff-base", str(o.backoff_base), "--poll-interval", str(o.poll_interval),
+        ]  # fmt: skip
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        worker = WorkerProcess(number, proc, log, path)
+        self.workers.append(worker)
+        return worker
+
+    def kill(self, worker: WorkerProcess) -> bool:
+        """SIGKILL `worker` at a moment when it holds runs but no fence.
+
+        The process is frozen (SIGSTOP) while the database is read, so what it holds cannot
+        change between the look and the kill. A worker killed inside a write would keep its
+        fence's long lease (the tool's timeout plus a margin) and the demo would wait for it;
+        the fence itself is covered by the audit either way.
+        """
+        pid = worker.proc.pid
+        for _ in range(20):
+            os.kill(pid, signal.SIGSTOP)
+            held = [
+                r
+                for r in app.runs(RunStatus.RUNNING, limit=1000)
+                if r.claimed_by.startswith(worker.prefix)
+            ]
+            if held and not any(r.pending_effect for r in held):
+                os.kill(pid, signal.SIGKILL)
+                worker.proc.wait()
+                worker.killed, worker.held_when_killed = True, len(held)
+                return True
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.02)
+        return False
+
+    def stop(self) -> dict[int, int]:
+        """SIGTERM (a graceful drain) to every live worker; their exit codes."""
+        live = [w for w in self.workers if not w.killed]
+        for w in live:
+            if w.proc.poll() is None:
+                w.proc.send_signal(signal.SIGTERM)
+        codes = {}
+        for w in live:
+            try:
+                codes[w.number] = w.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                codes[w.number] = w.proc.wait()
+        for w in self.workers:
+            w.log.close()
+        return codes
+
+
+def _prepare(url: str) -> None:
+    """A fresh file: an earlier demo database is replaced, anything else is left alone."""
+    if not url.startswith("sqlite:"):
+        raise UsageError("tenure demo needs a SQLite database (sqlite:///FILE)")
+    try:
+        path = Path(sqlite_path(url))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if path.exists():
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            with contextlib.closing(conn):
+                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        except sqlite3.Error:
+            tables = {"?"}
+        if tables and "demo_ledger" not in tables:
+            raise CliError(f"{path} exists and is not a demo database: name another --database")
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            Path(f"{path}{suffix}").unlink()
+
+
+def _counts(total: int) -> Counter[RunStatus]:
+    return Counter(r.status for r in app.runs(limit=total + 1000))
+
+
+def _describe(counts: Counter[RunStatus]) -> str:
+    order = [RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.COMPLETED, RunStatus.FAILED]
+    return "  ".join(f"{s} {counts[s]}" for s in order)
+
+
+def _work(fleet: Fleet, total: int, options: DemoOptions, console: Console) -> None:
+    """Start two workers, kill the first mid-run, start a replacement; until all ended."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[counts]}"),
+    )
+    victim = fleet.start()
+    fleet.start()
+    deadline = time.monotonic() + options.deadline_seconds
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("runs ended", total=total, counts="")
+        for w in fleet.workers:
+            progress.console.print(f"started worker {w.number} (pid {w.proc.pid})")
+        while time.monotonic() < deadline:
+            counts = _counts(total)
+            ended = sum(n for s, n in counts.items() if s.is_terminal)
+            progress.update(task, completed=ended, counts=_describe(counts))
+            if ended >= total:
+                break
+            if not victim.killed and ended >= total * KILL_AT and fleet.kill(victim):
+                progress.console.print(
+                    f"killed worker {victim.number} (pid {victim.proc.pid}) with SIGKILL while "
+                    f"it held {victim.held_when_killed} runs"
+                )
+                spare = fleet.start()
+                progress.console.print(f"started worker {spare.number} (pid {spare.proc.pid})")
+            time.sleep(TICK_SECONDS)
+
+
+def _tables(result: Audit, console: Console) -> None:
+    by_scenario = Table(title="runs by scenario", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("scenario", "runs", "completed", "dead-lettered", "retried", "recovered"):
+        by_scenario.add_column(name, justify="left" if name == "scenario" else "right")
+    names = [n for n in SCENARIOS if n in result.scenarios]
+    for name in names + sorted(set(result.scenarios) - set(names)):
+        sc = result.scenarios[name]
+        counts = (sc.runs, sc.completed, sc.dead_lettered, sc.retried, sc.recovered)
+        by_scenario.add_row(name, *(str(n) for n in counts))
+    console.print(by_scenario)
+    by_status = Table(title="runs by status and reason", title_justify="left", box=box.SIMPLE_HEAD)
+    by_status.add_column("status")
+    by_status.add_column("reason")
+    by_status.add_column("runs", justify="right")
+    for (status, reason), n in result.outcomes.items():
+        by_status.add_row(status, reason, str(n))
+    console.print(by_status)
+
+
+def _report(result: Audit, killed: list[WorkerProcess], seconds: float, console: Console) -> None:
+    _tables(result, console)
+    for w in killed:
+        console.print(f"killed worker: pid {w.proc.pid}, holding {w.held_when_killed} runs")
+    console.print(
+        f"recovered from the killed worker: {result.recovered_from_killed} runs "
+        "(requeued when its lease expired, resumed from their journal by another worker)"
+    )
+    console.print("audit:", style="bold")
+    console.print(f"  runs ended: {result.ended} of {result.runs}")
+    console.print(
+        f"  non-idempotent writes: {result.ledger_rows} ledger rows for "
+        f"{result.ledger_keys} (run, idempotency key) pairs, {result.repeated_writes} repeated"
+    )
+    console.print(
+        f"  interrupted writes: {result.interrupted_writes}, each dead-lettered with its fence "
+        f"standing ({result.interrupted_not_fenced} not)"
+    )
+    verdict = "passed" if result.passed else "FAILED"
+    console.print(f"  result: {verdict}", style="bold green" if result.passed else "bold red")
+    console.print(f"finished in {seconds:.1f}s")
+
+
+def run_demo(options: DemoOptions, console: Console | None = None) -> int:
+    if console is None:
+        console = Console(highlight=False, soft_wrap=True)
+        if not console.is_terminal:
+            console.width = 120  # piped: room for the tables instead of rich's default 80
+    started = time.monotonic()
+    url = options.database_url or DEFAULT_DEMO_DATABASE
+    _prepare(url)
+    app.use_database(url)
+    connect(url)  # the demo tables exist before any worker writes to them
+    total = len(app.enqueue_many(workload(options.runs, options.seed)))
+    console.print(f"enqueued {total} scripted runs in {url}")
+    with tempfile.TemporaryDirectory(prefix="tenure-demo-") as logs:
+        fleet = Fleet(url, options, Path(logs))
+        try:
+            _work(fleet, total, options, console)
+        finally:
+            codes = fleet.stop()
+        killed = [w for w in fleet.workers if w.killed]
+        result = audit(app, total, [w.prefix for w in killed])
+        _report(result, killed, time.monotonic() - started, console)
+        failed = {n: c for n, c in codes.items() if c != 0}
+        for w in fleet.workers:
+            if w.number in failed or not result.passed:
+                tail = w.log_path.read_text(errors="replace").splitlines()[-15:]
+                console.print(f"worker {w.number} exited {codes.get(w.number, 'killed')}; log:")
+                console.print("\n".join(tail), markup=False)
+    app.close()
+    return 0 if result.passed and not failed else 1
