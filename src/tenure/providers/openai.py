@@ -388,7 +388,7 @@ def _default_key(base_url: str | None) -> str | None:
     """The SDK reads OPENAI_API_KEY itself; a custom endpoint may need no key at all."""
     if os.environ.get("OPENAI_API_KEY"):
         return None
-    return PLACEHOLDER_API_KEY if base_url else None
+    return PLACEHOLDER_API_KEY if base_url or os.environ.get("OPENAI_BASE_URL") else None
 
 
 __all__ = [
