@@ -15,7 +15,11 @@ import pytest
 import tenure
 from tenure.store import Store, open_store
 
-BACKENDS = ["sqlite"]
+from ._postgres import pg_cluster, pg_url
+
+__all__ = ["pg_cluster", "pg_url"]  # fixtures, shared with every test
+
+BACKENDS = ["sqlite", "postgres"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -23,6 +27,8 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     backend = request.param
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'tenure.db'}"
+    if backend == "postgres":  # a private cluster, started on first use (tests/_postgres.py)
+        return str(request.getfixturevalue("pg_url"))
     raise AssertionError(f"unknown backend {backend}")
 
 

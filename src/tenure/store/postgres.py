@@ -1,0 +1,371 @@
+"""The PostgreSQL store: workers on any number of machines share one database.
+
+Connections come from a `psycopg_pool.ConnectionPool`; every write is one transaction at
+READ COMMITTED in which the guarded UPDATE takes the row lock, so a competing writer waits
+and then re-checks the guard against the row as the winner left it. Claims pass over rows
+locked by another claimer (`FOR UPDATE SKIP LOCKED`) instead of queueing behind them.
+
+A transient failure (connection lost, server shutting down or restarting, serialization
+failure, deadlock) retries the whole transaction with backoff, then raises
+`DatabaseUnavailable`. A connection lost *during COMMIT* leaves the outcome unknown, and
+re-running the transaction blindly would not tell the truth: a guarded UPDATE that had
+applied would now fail its guard (a settle that won reported as lost) or, worse, pass it
+again (a heartbeat appending its events twice). So each write transaction notes its
+transaction id before committing, and after such a loss the server is asked whether that
+id committed (`pg_xact_status`): committed → the result computed before the commit is the
+truth; aborted → the transaction is run again; unknowable → `DatabaseUnavailable`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import conninfo as pg_conninfo
+from psycopg_pool import ConnectionPool
+
+from tenure._errors import DatabaseUnavailable, StoreError
+from tenure.store import _sql
+from tenure.store._common import Cursor, SQLStore
+from tenure.store._rows import aware
+
+T = TypeVar("T")
+log = logging.getLogger("tenure.store.postgres")
+
+NOW = "clock_timestamp()"
+Q = _sql.queries("postgres", now=NOW)
+
+URL_PREFIXES = ("postgresql://", "postgres://", "postgresql+psycopg://")
+APPLICATION_NAME = "tenure"
+CONNECT_TIMEOUT_SECONDS = 5
+DEFAULT_POOL_MIN_SIZE = 1
+DEFAULT_POOL_MAX_SIZE = 10
+# How long one operation keeps retrying transient failures before DatabaseUnavailable. Long
+# enough to ride out a server restart; the pool's own reconnect backoff is part of it.
+DEFAULT_RETRY_SECONDS = 30.0
+RETRY_FIRST_DELAY = 0.05
+RETRY_MAX_DELAY = 2.0
+# Longest wait for a pooled connection in one attempt (the pool may be reconnecting).
+CHECKOUT_TIMEOUT_SECONDS = 5.0
+# An idle listener proves its connection alive this often (a silent network loss would
+# otherwise leave it waiting forever on a dead socket).
+LISTEN_HEALTH_SECONDS = 30.0
+LISTEN_RECONNECT_MAX_DELAY = 5.0
+# TCP keepalives for the long-lived listener connection.
+LISTEN_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10}
+
+
+def conninfo_from_url(url: str) -> str:
+    """A libpq connection string from a `postgresql://` / `postgres://` URL, with defaults.
+
+    `postgresql+psycopg://` (the SQLAlchemy spelling) is accepted too. Parameters in the URL
+    win over tenure's defaults (`application_name`, `connect_timeout`).
+    """
+    if not url.startswith(URL_PREFIXES):
+        raise ValueError(f"not a PostgreSQL URL: {url!r} (expected postgresql://...)")
+    if url.startswith("postgresql+psycopg://"):
+        url = "postgresql://" + url[len("postgresql+psycopg://") :]
+    try:
+        given = pg_conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(f"malformed PostgreSQL URL {url!r}: {exc}") from None
+    defaults: dict[str, Any] = {
+        "application_name": APPLICATION_NAME,
+        "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+    }
+    return pg_conninfo.make_conninfo(url, **{k: v for k, v in defaults.items() if k not in given})
+
+
+class _CommitUnknown(Exception):
+    """The connection was lost while COMMIT was in flight."""
+
+    def __init__(self, xid: str | None, result: Any) -> None:
+        super().__init__(f"connection lost during COMMIT of transaction {xid}")
+        self.xid = xid
+        self.result = result
+
+
+class PostgresStore(SQLStore):
+    _q = Q
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_min_size: int = DEFAULT_POOL_MIN_SIZE,
+        pool_max_size: int = DEFAULT_POOL_MAX_SIZE,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
+    ) -> None:
+        self.url = url
+        self.conninfo = conninfo_from_url(url)
+        self.retry_seconds = retry_seconds
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            self.conninfo,
+            kwargs={"autocommit": True},
+            min_size=pool_min_size,
+            max_size=pool_max_size,
+            open=False,
+            name="tenure",
+        )
+        self._opened = False
+        self._closed = False
+        self._lock = threading.Lock()
+        self._listener = _Listener(self.conninfo)
+
+    # -- connections ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _connection(self, deadline: float) -> Iterator[psycopg.Connection[Any]]:
+        with self._lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            if not self._opened:
+                self._pool.open(wait=False)
+                self._opened = True
+        timeout = max(0.01, min(CHECKOUT_TIMEOUT_SECONDS, deadline - time.monotonic()))
+        with self._pool.connection(timeout=timeout) as conn:
+            yield conn
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            opened, self._opened = self._opened, False
+        self._listener.close()
+        if opened:
+            self._pool.close()
+
+    # -- transactions --------------------------------------------------------------------
+
+    def _retrying(self, attempt: Callable[[float], T], what: str) -> T:
+        """Run `attempt(deadline)` until it succeeds, a permanent error, or the deadline."""
+        deadline = time.monotonic() + self.retry_seconds
+        delay = RETRY_FIRST_DELAY
+        while True:
+            try:
+                return attempt(deadline)
+            except _CommitUnknown as unknown:
+                status = self._transaction_status(unknown.xid, deadline)
+                if status == "committed":
+                    log.warning("%s: connection lost during COMMIT, which had applied", what)
+                    return unknown.result  # type: ignore[no-any-return]
+                if status != "aborted":
+                    raise DatabaseUnavailable(
+                        f"{self._where()}: connection lost during COMMIT of a {what} and "
+                        f"its outcome is unknown ({status or 'too old to tell'})"
+                    ) from unknown.__cause__
+                cause: Exception = unknown
+            except (psycopg.IntegrityError, psycopg.DataError) as exc:
+                raise StoreError(f"{self._where()} refused the {what}: {exc}") from exc
+            except psycopg.OperationalError as exc:
+                cause = exc
+                self._drop_dead_connections()
+            except psycopg.Error as exc:
+                raise StoreError(f"{self._where()}: {what} failed: {exc}") from exc
+            if time.monotonic() + delay >= deadline:
+                raise DatabaseUnavailable(
+                    f"{self._where()} unavailable for {self.retry_seconds:g}s: {cause}"
+                ) from cause
+            log.warning("%s failed transiently (%s); retrying in %.2fs", what, cause, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_DELAY)
+
+    def _drop_dead_connections(self) -> None:
+        # After a server restart every idle pooled connection is dead; find them all now
+        # rather than burning one retry on each.
+        with contextlib.suppress(Exception):
+            if self._opened:
+                self._pool.check()
+
+    def _transaction(self, fn: Callable[[Cursor], T], deadline: float) -> T:
+        with self._connection(deadline) as conn:
+            committing = False
+            xid: str | None = None
+            result: Any = None
+            try:
+                with conn.transaction():
+                    result = fn(conn.cursor())
+                    xid = conn.execute(Q["transaction_id"]).fetchone()[0]  # type: ignore[index]
+                    committing = True
+            except psycopg.OperationalError as exc:
+                if committing and conn.closed:
+                    raise _CommitUnknown(xid, result) from exc
+                raise
+            return result  # type: ignore[no-any-return]
+
+    def _transaction_status(self, xid: str | None, deadline: float) -> str | None:
+        """Whether transaction `xid` committed, asked on a fresh connection."""
+        if xid is None:
+            return "aborted"  # it wrote nothing, so running it again changes nothing twice
+        while True:
+            try:
+                with self._connection(deadline) as conn:
+                    row = conn.execute(Q["transaction_status"], {"xid": xid}).fetchone()
+                status: str | None = row[0] if row else None
+                if status != "in progress":
+                    return status
+            except psycopg.OperationalError:
+                self._drop_dead_connections()
+            if time.monotonic() + RETRY_MAX_DELAY >= deadline:
+                return "in progress"
+            time.sleep(RETRY_FIRST_DELAY * 4)
+
+    def _write(self, fn: Callable[[Cursor], T]) -> T:
+        """Run `fn` in one transaction, retried whole on a transient failure."""
+        return self._retrying(lambda deadline: self._transaction(fn, deadline), "write")
+
+    def _read(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        def once(deadline: float) -> list[Any]:
+            with self._connection(deadline) as conn:
+                return conn.execute(sql, params).fetchall()
+
+        return self._retrying(once, "read")
+
+    def _where(self) -> str:
+        info = pg_conninfo.conninfo_to_dict(self.conninfo)
+        host = info.get("host") or "localhost"
+        return f"PostgreSQL database {info.get('dbname', '')!s} at {host}:{info.get('port', 5432)}"
+
+    # -- schema --------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        def apply(cur: Cursor) -> None:
+            cur.execute(Q["migration_lock"])
+            cur.execute(Q["schema_version_table"])
+            current = cur.execute(Q["schema_version"]).fetchone()[0]
+            for version, script in _sql.migrations("postgres"):
+                if version <= current:
+                    continue
+                cur.execute(script)
+                cur.execute(Q["record_schema_version"], {"version": version})
+
+        self._write(apply)
+
+    def schema_version(self) -> int:
+        if not self._read(Q["schema_version_exists"], {})[0][0]:
+            return 0
+        return int(self._read(Q["schema_version"], {})[0][0])
+
+    def _time(self, value: Any) -> datetime | None:
+        return aware(value)
+
+    def _queues_param(self, queues: Sequence[str] | None) -> Any:
+        return list(queues) if queues else None
+
+    # -- notifications -------------------------------------------------------------------
+
+    def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """`wake` is called when a run may have become claimable (LISTEN/NOTIFY).
+
+        The listener has its own connection and reconnects when it is lost; after a
+        reconnect it calls `wake` once, since notifications sent meanwhile were lost.
+        """
+        if self._closed:
+            raise StoreError("the store is closed")
+        return self._listener.add(wake)
+
+
+class _Listener:
+    """One thread per store that LISTENs while anyone is subscribed."""
+
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = pg_conninfo.make_conninfo(conninfo, **LISTEN_KEEPALIVES)
+        self._wakes: dict[int, Callable[[], None]] = {}
+        self._keys = itertools.count()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._stop_r: socket.socket | None = None
+        self._stop_w: socket.socket | None = None
+        self.listening = threading.Event()
+
+    def add(self, wake: Callable[[], None]) -> Callable[[], None]:
+        with self._lock:
+            key = next(self._keys)
+            self._wakes[key] = wake
+            if self._thread is None:
+                self._stop = threading.Event()
+                self._stop_r, self._stop_w = socket.socketpair()
+                self._thread = threading.Thread(
+                    target=self._run,
+                    args=(self._stop, self._stop_r),
+                    name="tenure-listen",
+                    daemon=True,
+                )
+                self._thread.start()
+
+        def remove() -> None:
+            with self._lock:
+                self._wakes.pop(key, None)
+                last = not self._wakes
+            if last:
+                self.close()
+
+        return remove
+
+    def close(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+            if thread is None:
+                return
+            self._stop.set()
+            sockets = (self._stop_r, self._stop_w)
+            self._stop_r = self._stop_w = None
+        with contextlib.suppress(OSError):
+            assert sockets[1] is not None
+            sockets[1].send(b"x")
+        thread.join()
+        self.listening.clear()
+        for sock in sockets:
+            if sock is not None:
+                sock.close()
+
+    def _fire(self) -> None:
+        with self._lock:
+            wakes = list(self._wakes.values())
+        for wake in wakes:
+            try:
+                wake()
+            except Exception:
+                log.exception("a wake callback failed")
+
+    def _run(self, stop: threading.Event, stop_r: socket.socket) -> None:
+        delay = RETRY_FIRST_DELAY
+        first = True
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                    conn.execute(Q["listen"])
+                    self.listening.set()
+                    delay = RETRY_FIRST_DELAY
+                    if not first:
+                        self._fire()
+                    first = False
+                    self._pump(conn, stop_r)
+            except psycopg.Error as exc:
+                self.listening.clear()
+                if stop.is_set():
+                    return
+                log.warning("listener connection lost (%s); reconnecting in %.2fs", exc, delay)
+            stop.wait(delay)
+            delay = min(delay * 2, LISTEN_RECONNECT_MAX_DELAY)
+
+    def _pump(self, conn: psycopg.Connection[Any], stop_r: socket.socket) -> None:
+        while True:
+            # timeout=0 hands over what has arrived (or was buffered by the health check).
+            if any(True for _ in conn.notifies(timeout=0)):
+                self._fire()
+            stop_fd = stop_r.fileno()
+            readable, _, _ = select.select([conn.fileno(), stop_fd], [], [], LISTEN_HEALTH_SECONDS)
+            if stop_fd in readable:
+                return
+            if not readable:
+                conn.execute(Q["now"])  # raises if the connection died silently

@@ -1,0 +1,261 @@
+-- Named queries of the PostgreSQL store. `{now}` is the server's wall clock at the moment the
+-- expression is evaluated (clock_timestamp(), not the transaction's start: a transaction that
+-- waited for a row lock must not hand out a lease that is already partly spent), and
+-- `{run_columns}` the columns a Run is built from; the loader fills both in.
+-- Every statement that changes a run names its guard in its WHERE clause and RETURNs what it
+-- changed, so the caller learns whether it won. Statements that make a run claimable now
+-- also pg_notify('tenure_runs', queue): delivered at commit, so a listener never wakes for a
+-- run it cannot see yet, and never for a transaction that rolled back.
+
+-- name: now
+-- The database's clock.
+SELECT {now};
+
+-- name: listen
+LISTEN tenure_runs;
+
+-- name: migration_lock
+-- Held until the migrating transaction ends: concurrent workers migrate once, in turn.
+SELECT pg_advisory_xact_lock(7310028432409670245);
+
+-- name: schema_version_table
+CREATE TABLE IF NOT EXISTS tenure_schema_version (
+    version    integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL
+);
+
+-- name: schema_version
+SELECT COALESCE(MAX(version), 0) FROM tenure_schema_version;
+
+-- name: schema_version_exists
+SELECT to_regclass('tenure_schema_version') IS NOT NULL;
+
+-- name: record_schema_version
+INSERT INTO tenure_schema_version (version, applied_at) VALUES (%(version)s, {now});
+
+-- name: transaction_id
+-- This transaction's id if it wrote anything: after a connection lost during COMMIT, the
+-- server is asked whether this id committed instead of guessing.
+SELECT pg_current_xact_id_if_assigned()::text;
+
+-- name: transaction_status
+-- 'committed', 'aborted', 'in progress', or NULL when it is too old to know.
+SELECT pg_xact_status(%(xid)s::xid8);
+
+-- name: enqueue
+-- A queued run; a taken idempotency key inserts nothing.
+INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
+                         last_sequence, created_at, updated_at)
+VALUES (%(id)s, %(queue)s, 'queued', %(request)s, %(idempotency_key)s,
+        {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now})
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id, CASE WHEN %(delay)s <= 0 THEN pg_notify('tenure_runs', queue) END;
+
+-- name: find_by_idempotency_key
+SELECT id FROM tenure_runs WHERE idempotency_key = %(idempotency_key)s;
+
+-- name: start
+-- An interactive run, running from birth under its caller's lease (token 1).
+INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, claimed_by,
+                         lease_expires, lease_token, available_at, last_sequence,
+                         created_at, started_at, updated_at)
+VALUES (%(id)s, %(queue)s, 'running', %(request)s, %(idempotency_key)s, %(owner)s,
+        {now} + make_interval(secs => %(lease)s), 1, {now}, %(last_sequence)s,
+        {now}, {now}, {now});
+
+-- name: insert_event
+INSERT INTO tenure_events (run_id, sequence, attempt, kind, payload, created_at)
+VALUES (%(run_id)s, %(sequence)s, %(attempt)s, %(kind)s, %(payload)s, {now});
+
+-- name: claim
+-- Claim up to %(limit)s claimable runs. SKIP LOCKED: rows another claimer has locked are
+-- passed over instead of waited for, and a row that stopped being queued while we looked is
+-- re-checked under its lock and dropped, so every row goes to exactly one claimer.
+WITH picked AS (
+    SELECT id FROM tenure_runs
+     WHERE status = 'queued' AND available_at <= {now}
+       AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
+     ORDER BY available_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE tenure_runs r
+   SET status = 'running', claimed_by = %(owner)s,
+       lease_expires = {now} + make_interval(secs => %(lease)s),
+       lease_token = r.lease_token + 1,
+       attempt = CASE WHEN r.lease_token = 0 THEN 0 ELSE r.attempt + 1 END,
+       started_at = COALESCE(r.started_at, {now}), updated_at = {now},
+       last_sequence = r.last_sequence + 1
+  FROM picked
+ WHERE r.id = picked.id
+RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_sequence;
+
+-- name: claim_run
+-- Claim one named run, if it is queued and claimable now.
+UPDATE tenure_runs
+   SET status = 'running', claimed_by = %(owner)s,
+       lease_expires = {now} + make_interval(secs => %(lease)s),
+       lease_token = lease_token + 1,
+       attempt = CASE WHEN lease_token = 0 THEN 0 ELSE attempt + 1 END,
+       started_at = COALESCE(started_at, {now}), updated_at = {now},
+       last_sequence = last_sequence + 1
+ WHERE id = %(id)s AND status = 'queued' AND available_at <= {now}
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence;
+
+-- name: record_step
+-- Heartbeat: renew the lease of the owner, reserve %(n)s event sequences, add usage.
+UPDATE tenure_runs
+   SET lease_expires = {now} + make_interval(secs => %(lease)s),
+       last_sequence = last_sequence + %(n)s,
+       input_tokens = input_tokens + %(input_tokens)s,
+       output_tokens = output_tokens + %(output_tokens)s,
+       cost = cost + %(cost)s, updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s
+RETURNING last_sequence, attempt;
+
+-- name: mark_fence
+-- Stamp the effect of the write about to run; the lease is renewed to cover the tool.
+UPDATE tenure_runs
+   SET pending_effect = %(effect)s,
+       lease_expires = {now} + make_interval(secs => %(lease)s), updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s
+RETURNING last_sequence, attempt;
+
+-- name: clear_fence
+UPDATE tenure_runs
+   SET pending_effect = '', lease_expires = {now} + make_interval(secs => %(lease)s),
+       last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s
+RETURNING last_sequence, attempt;
+
+-- name: requeue
+-- A failed attempt goes back to the queue after its backoff, charging the budget. A run
+-- that backs off is claimable only later: polling finds it, no notification is sent.
+UPDATE tenure_runs
+   SET status = 'queued', requeue_count = requeue_count + 1,
+       available_at = {now} + make_interval(secs => %(delay)s), claimed_by = '',
+       lease_expires = NULL, pending_effect = '', error_class = %(error_class)s,
+       error = %(error)s, last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s
+RETURNING last_sequence, attempt,
+          CASE WHEN %(delay)s <= 0 THEN pg_notify('tenure_runs', queue) END;
+
+-- name: release
+-- A draining worker hands the run back without charging the budget; never while a
+-- non-idempotent write is in flight (that run is dead-lettered instead).
+UPDATE tenure_runs
+   SET status = 'queued', available_at = {now}, claimed_by = '', lease_expires = NULL,
+       pending_effect = '', last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s AND pending_effect <> 'non_idempotent_write'
+RETURNING last_sequence, attempt, pg_notify('tenure_runs', queue);
+
+-- name: settle
+-- A terminal state under the owner's lease. A dead-letter keeps request and fence.
+UPDATE tenure_runs
+   SET status = %(status)s, termination_reason = %(reason)s, output = %(output)s,
+       error_class = %(error_class)s, error = %(error)s, claimed_by = '',
+       lease_expires = NULL,
+       request = CASE WHEN %(keep)s THEN request ELSE NULL END,
+       pending_effect = CASE WHEN %(keep)s THEN pending_effect ELSE '' END,
+       input_tokens = input_tokens + %(input_tokens)s,
+       output_tokens = output_tokens + %(output_tokens)s, cost = cost + %(cost)s,
+       last_sequence = last_sequence + %(n)s, finished_at = {now}, updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s
+RETURNING last_sequence, attempt;
+
+-- name: cancel
+-- Any non-terminal run; the fence stays as evidence of a write that may have happened.
+UPDATE tenure_runs
+   SET status = 'cancelled', termination_reason = 'cancelled', claimed_by = '',
+       lease_expires = NULL, request = NULL, last_sequence = last_sequence + 1,
+       finished_at = {now}, updated_at = {now}
+ WHERE id = %(id)s AND status NOT IN ('completed', 'failed', 'cancelled')
+RETURNING last_sequence, attempt;
+
+-- name: stale_runs
+-- Running rows whose lease expired: candidates for the reaper.
+SELECT id, lease_token, pending_effect, request IS NOT NULL, requeue_count
+  FROM tenure_runs
+ WHERE status = 'running' AND lease_expires < {now}
+ ORDER BY lease_expires
+ LIMIT %(limit)s;
+
+-- name: requeue_stale
+-- Staleness and the token seen are re-checked here: a heartbeat that landed since wins
+-- (if it holds the row lock, this statement waits and re-checks the renewed row).
+UPDATE tenure_runs
+   SET status = 'queued', requeue_count = requeue_count + 1, available_at = {now},
+       claimed_by = '', lease_expires = NULL, pending_effect = '',
+       error_class = 'timeout', error = %(error)s,
+       last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND lease_expires < {now}
+   AND lease_token = %(token)s
+RETURNING last_sequence, attempt, pg_notify('tenure_runs', queue);
+
+-- name: dead_letter_stale
+UPDATE tenure_runs
+   SET status = 'failed', termination_reason = %(reason)s, error_class = 'timeout',
+       error = %(error)s, claimed_by = '', lease_expires = NULL,
+       last_sequence = last_sequence + 1, finished_at = {now}, updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND lease_expires < {now}
+   AND lease_token = %(token)s
+RETURNING last_sequence, attempt;
+
+-- name: fence_of
+-- Locks the row so that the fence read is the one the redrive below replaces.
+SELECT pending_effect FROM tenure_runs WHERE id = %(id)s FOR UPDATE;
+
+-- name: redrive
+-- A dead-letter with its request back to the queue, with a fresh budget. A standing
+-- non-idempotent fence refuses unless forced: resuming would repeat that write.
+UPDATE tenure_runs
+   SET status = 'queued', termination_reason = '', requeue_count = 0, pending_effect = '',
+       available_at = {now}, finished_at = NULL, error_class = '', error = '',
+       output = NULL, last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = %(id)s AND status = 'failed'
+   AND termination_reason IN ('retries_exhausted', 'not_retryable')
+   AND request IS NOT NULL
+   AND (%(force)s OR pending_effect <> 'non_idempotent_write')
+RETURNING last_sequence, attempt, pg_notify('tenure_runs', queue);
+
+-- name: purge_events
+-- The runs are locked until the purge commits: a redrive cannot take back a run whose
+-- events are going.
+DELETE FROM tenure_events
+ WHERE run_id IN (SELECT id FROM tenure_runs
+                   WHERE status IN ('completed', 'failed', 'cancelled')
+                     AND finished_at < %(cutoff)s
+                     FOR UPDATE);
+
+-- name: purge_runs
+DELETE FROM tenure_runs
+ WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at < %(cutoff)s;
+
+-- name: get_run
+SELECT {run_columns}, request FROM tenure_runs WHERE id = %(id)s;
+
+-- name: run_status
+SELECT status FROM tenure_runs WHERE id = %(id)s;
+
+-- name: events
+SELECT run_id, sequence, attempt, kind, payload, created_at
+  FROM tenure_events
+ WHERE run_id = %(id)s AND sequence > %(after)s
+ ORDER BY sequence;
+
+-- name: runs
+SELECT {run_columns}, NULL FROM tenure_runs
+ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+   AND (%(reason)s::text IS NULL OR termination_reason = %(reason)s::text)
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ ORDER BY created_at DESC, id
+ LIMIT %(limit)s;
+
+-- name: purge_cutoff
+SELECT {now} - make_interval(secs => %(age)s);
