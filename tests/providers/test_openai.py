@@ -293,3 +293,24 @@ def test_local_server_needs_no_key(
 def test_bad_arguments_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         OpenAICompatible(base_url="http://127.0.0.1:1/v1", api_key="k", **kwargs)
+
+
+def test_error_message_is_the_servers_own(endpoint: Endpoint, make_provider: MakeProvider) -> None:
+    endpoint.push(error(503, "The engine is currently overloaded"))
+    assert failure(make_provider(endpoint.url)).message == (
+        "HTTP 503: The engine is currently overloaded"
+    )
+
+
+def test_error_inside_a_200_is_reported(endpoint: Endpoint, make_provider: MakeProvider) -> None:
+    endpoint.push(Reply(body={"error": {"message": "context length exceeded"}}))
+    exc = failure(make_provider(endpoint.url))
+    assert exc.failure_class is FailureClass.SERVER_ERROR
+    assert "context length exceeded" in exc.message
+
+
+def test_refusal_is_the_answer(endpoint: Endpoint, make_provider: MakeProvider) -> None:
+    body = completion(None).body
+    body["choices"][0]["message"]["refusal"] = "I can't help with that."
+    endpoint.push(Reply(body=body))
+    assert make_provider(endpoint.url).complete(call()).text == "I can't help with that."

@@ -106,9 +106,7 @@ def classify_error(exc: BaseException, *, now: float | None = None) -> ProviderE
             if inner is not None and inner.failure_class is not FailureClass.UNKNOWN:
                 return inner
         return ProviderError(FailureClass.CONNECTION, message)
-    if isinstance(
-        exc, openai.APIResponseValidationError | MalformedResponse | json.JSONDecodeError
-    ):
+    if isinstance(exc, _MALFORMED):
         # The server answered, but not with a chat completion: a proxy's HTML error page,
         # a truncated body. The next attempt may well reach a healthy replica.
         return ProviderError(FailureClass.SERVER_ERROR, f"malformed response: {message}")
@@ -198,7 +196,12 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
 
 
 def _describe(exc: BaseException) -> str:
-    text = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    """One short line. For an error status, the server's own message when its body has one
+    (the SDK's text is a repr of the whole body)."""
+    body = getattr(exc, "body", None)
+    said = body.get("message") if isinstance(body, dict) else None
+    text = said if isinstance(said, str) and said.strip() else None
+    text = text or getattr(exc, "message", None) or str(exc) or type(exc).__name__
     status = getattr(exc, "status_code", None)
     prefix = f"HTTP {status}: " if isinstance(status, int) else ""
     line = " ".join(str(text).split())
@@ -235,13 +238,19 @@ def parse_completion(body: Any, model: str, prices: Mapping[str, Price]) -> Mode
         raise MalformedResponse(f"expected a JSON object, got {type(body).__name__}")
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise MalformedResponse("the body has no choices")
+        # Some servers report an error inside a 200; say what they said.
+        said = body.get("error")
+        detail = f": {json.dumps(said, default=str)[:200]}" if said else ""
+        raise MalformedResponse(f"the body has no choices{detail}")
     message = choices[0].get("message")
     if not isinstance(message, dict):
         raise MalformedResponse("the first choice has no message")
     content = message.get("content")
     if content is not None and not isinstance(content, str):
         raise MalformedResponse("the message content is not text")
+    refusal = message.get("refusal")
+    if not content and isinstance(refusal, str):
+        content = refusal  # a refusal is the model's answer, in words
     calls = _tool_calls(message.get("tool_calls"))
     answered = str(body.get("model") or model)
     usage = _usage(body.get("usage"), _price_for(prices, answered, model))
