@@ -325,3 +325,28 @@ def test_invalid_arguments_never_reach_the_tool(
     run = runtime.status(result.run_id)
     assert run is not None
     assert run.pending_effect is None
+
+
+class Opaque:
+    """Not a type pydantic can describe."""
+
+
+def test_a_parameter_type_that_cannot_be_described_is_refused() -> None:
+    def f(x: Opaque) -> None: ...
+
+    with pytest.raises(ValueError, match="tool f: its parameters cannot be described"):
+        make_tool(f)
+
+
+def test_a_type_hint_that_cannot_be_resolved_is_refused() -> None:
+    def f(x: NoSuchType) -> None: ...  # type: ignore[name-defined]  # noqa: F821
+
+    with pytest.raises(ValueError, match="tool f: cannot read its type hints"):
+        make_tool(f)
+
+
+def test_var_arguments_are_refused() -> None:
+    def f(*items: int) -> None: ...
+
+    with pytest.raises(ValueError, match=r"\*args and \*\*kwargs"):
+        make_tool(f)
