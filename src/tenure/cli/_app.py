@@ -33,7 +33,7 @@ class NotFound(CliError):
 
 
 def load_app(spec: str | None) -> Runtime:
-    """`MODULE:ATTR` (ATTR defaults to `app`; a callable is called to make the Runtime)."""
+    """The Runtime at `MODULE:ATTR` (ATTR defaults to `app`)."""
     spec = spec or DEFAULT_APP
     module_name, _, attr = spec.partition(":")
     attr = attr or "app"
@@ -55,8 +55,6 @@ def load_app(spec: str | None) -> Runtime:
             found = getattr(found, part)
         except AttributeError:
             raise UsageError(f"--app {spec}: module {module_name!r} has no {attr!r}") from None
-    if callable(found) and not isinstance(found, Runtime):
-        found = found()
     if not isinstance(found, Runtime):
         raise UsageError(f"--app {spec}: {attr} is a {type(found).__name__}, not a tenure.Runtime")
     return found

@@ -28,6 +28,7 @@ from tenure.cli._output import (
     err,
     event_line,
     out,
+    plural,
     print_json,
     print_json_line,
     reason_text,
@@ -144,8 +145,7 @@ def worker(ctx: Context, args: argparse.Namespace) -> int:
     outcomes = ", ".join(f"{n} {k}" for k, n in sorted(stats.outcomes.items())) or "none"
     how = "burst done" if args.burst else "drained and stopped"
     out.print(
-        f"worker {how}: claimed {stats.claimed} run{'' if stats.claimed == 1 else 's'} "
-        f"({outcomes}); "
+        f"worker {how}: claimed {plural(stats.claimed, 'run')} ({outcomes}); "
         f"handed back {stats.released}; reaped {stats.reaped}"
     )
     return 0
@@ -271,7 +271,7 @@ def redrive(ctx: Context, args: argparse.Namespace) -> int:
 
 def purge(ctx: Context, args: argparse.Namespace) -> int:
     deleted = ctx.app.purge(args.older_than)
-    out.print(f"purged {deleted} runs")
+    out.print(f"purged {plural(deleted, 'run')}")
     return 0
 
 

@@ -36,6 +36,10 @@ REASON_STYLE = {
 Cell = str | Text
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def error(message: str) -> None:
     err.print(Text("tenure: ", style="bold red") + Text(message))
 

@@ -1,0 +1,142 @@
+"""Every user mistake ends in a one-line message and exit code 1 or 2, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import INVOICE_SCRIPT, Cli, one_line_error
+
+MISSING = "0b0e7a5c-0000-4000-8000-000000000000"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status"],
+        ["events"],
+        ["events", "--follow"],
+        ["cancel"],
+        ["redrive"],
+        ["redrive", "--force"],
+    ],
+)
+def test_unknown_run_id(cli: Cli, command: list[str]) -> None:
+    result = cli(*command, MISSING)
+    assert result.code == 1
+    assert one_line_error(result) == f"tenure: no run with id {MISSING!r}"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('[{"say": ', "not valid JSON"),
+        ('{"say": "hi"}', "a script must be a JSON array of turns"),
+        ('[{"shout": "hi"}]', "script turn 0: expected exactly one of say, call, fail, sleep"),
+        ('[{"fail": "sometimes"}]', "script turn 0 (fail)"),
+        ('[{"sleep": -1}]', "script turn 0 (sleep)"),
+    ],
+)
+def test_malformed_script_file(cli: Cli, content: str, expected: str) -> None:
+    path = cli.cwd / "bad.json"
+    path.write_text(content)
+    for command in ("enqueue", "run"):
+        result = cli(command, "--prompt", "p", "--script", str(path))
+        assert result.code == 2
+        line = one_line_error(result)
+        assert line.startswith(f"tenure: --script {path}: ") and expected in line
+    assert not (cli.cwd / "tenure.db").exists() or cli("runs", "--json").json() == []
+
+
+def test_missing_script_file(cli: Cli) -> None:
+    result = cli("enqueue", "--prompt", "p", "--script", "nowhere.json")
+    assert result.code == 2
+    assert "nowhere.json: cannot read it" in one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    ("option", "name", "kind"),
+    [("--tool", "launch_rockets", "tool"), ("--model", "gpt-17", "model")],
+)
+def test_unknown_tool_or_model(cli: Cli, option: str, name: str, kind: str) -> None:
+    script = cli.script(INVOICE_SCRIPT)
+    for command in ("enqueue", "run"):
+        result = cli(command, "--prompt", "p", option, name, "--script", script)
+        assert result.code == 2
+        assert one_line_error(result).startswith(f"tenure: unknown {kind} {name!r}")
+    assert cli("runs", "--json").json() == []
+
+
+def _not_a_database(tmp: Path) -> str:
+    (tmp / "notes.txt").write_text("these are not the tables you are looking for\n" * 100)
+    return f"sqlite:///{tmp / 'notes.txt'}"
+
+
+@pytest.mark.parametrize(
+    ("make_url", "code", "expected"),
+    [
+        (lambda tmp: "sqlite:////no/such/directory/t.db", 1, "does not exist"),
+        (lambda tmp: f"sqlite:///{tmp}", 1, "cannot open database"),
+        (_not_a_database, 1, "not a database"),
+        (lambda tmp: "mysql://localhost/db", 2, "unsupported database URL"),
+        (lambda tmp: "sqlite:///", 2, "not a SQLite URL"),
+    ],
+    ids=["missing-directory", "a-directory", "not-a-database", "unsupported", "no-path"],
+)
+def test_unreachable_or_unwritable_database(
+    cli: Cli, tmp_path: Path, make_url: object, code: int, expected: str
+) -> None:
+    url = make_url(tmp_path)  # type: ignore[operator]
+    for command in (["runs"], ["init"], ["enqueue", "--prompt", "p"], ["reap"]):
+        result = cli("--database", url, *command, database=False)
+        assert result.code == code
+        assert expected in one_line_error(result)
+
+
+@pytest.mark.parametrize("duration", ["3x", "30", "d", "-5d", "5 days", ""])
+def test_bad_duration(cli: Cli, duration: str) -> None:
+    result = cli("purge", f"--older-than={duration}")
+    assert result.code == 2
+    assert "bad duration" in one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("no_such_module:app", "no module named 'no_such_module'"),
+        ("slow_app:missing", "has no 'missing'"),
+        ("slow_app:not_a_runtime", "not a tenure.Runtime"),
+        (":rt", "expected MODULE:ATTR"),
+    ],
+)
+def test_bad_app(cli: Cli, slow_app: str, spec: str, expected: str) -> None:
+    result = cli("--app", spec, "runs")
+    assert result.code == 2
+    assert expected in one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["enqueue"],
+        ["enqueue", "--prompt", "p", "--delay", "soon"],
+        ["frobnicate"],
+        ["runs", "--status", "lost"],
+        ["worker", "--concurrency", "0"],
+        ["run", "--prompt", "p", "--delay", "5"],
+        ["redrive"],
+    ],
+)
+def test_bad_usage(cli: Cli, args: list[str]) -> None:
+    result = cli(*args)
+    assert result.code == 2
+    one_line_error(result)
+
+
+def test_demo_leaves_a_database_that_is_not_its_own(cli: Cli) -> None:
+    cli.enqueue(INVOICE_SCRIPT, "send_invoice")
+    result = cli("demo", "--runs", "5")
+    assert result.code == 1
+    assert "is not a demo database" in one_line_error(result)
+    assert len(cli("runs", "--json").json()) == 1
