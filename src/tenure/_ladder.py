@@ -186,9 +186,7 @@ class Segment:
     def _invoke(self, tool: Tool, key: str, values: dict[str, Any]) -> tuple[Any, str | None]:
         """Run the tool, fenced when it writes. A tool's ordinary exception is its result."""
         if tool.effect.is_write:
-            lease_for_tool = max(
-                self.engine.settings.lease_seconds, tool.timeout + _policy.FENCE_LEASE_MARGIN
-            )
+            lease_for_tool = _policy.fence_lease(self.engine.settings.lease_seconds, tool.timeout)
             if not self.store.mark_fence(self.lease, tool.effect, lease_for_tool):
                 self._lost()  # the write does not run: this segment holds no lease
             self._fence = tool.effect

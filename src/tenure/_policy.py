@@ -12,9 +12,6 @@ DEFAULT_MAX_REQUEUES = 3
 DEFAULT_BACKOFF_BASE = 30.0
 DEFAULT_BACKOFF_CAP = 600.0
 MAX_ITERATIONS_CEILING = 20
-# Extra lease granted on top of a write tool's declared timeout, so that a tool that ends
-# right at its timeout can still record its event before a reaper may look at the run.
-FENCE_LEASE_MARGIN = 30.0
 
 
 @dataclass(frozen=True)
@@ -29,6 +26,12 @@ class DeadLetter:
 
 
 Decision = Requeue | DeadLetter
+
+
+def fence_lease(lease_seconds: float, tool_timeout: float) -> float:
+    """The lease stamped with a write's fence: the tool's declared timeout, plus one ordinary
+    lease so that a tool ending right at its timeout can still record its event."""
+    return tool_timeout + lease_seconds
 
 
 def backoff(

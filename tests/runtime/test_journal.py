@@ -1,0 +1,151 @@
+"""Journal resume (SPEC §8): a retried run continues at its first unrecorded step."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import tenure
+from tenure import EventKind, Outcome, RunRequest, RunStatus, ToolContext, ToolEffect
+from tenure.providers import ModelCall, ModelReply, Scripted
+
+MakeRuntime = Callable[..., tenure.Runtime]
+
+
+class Counting:
+    """The Scripted model, counting how often it is really called."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.inner = Scripted()
+
+    def complete(self, call: ModelCall) -> ModelReply:
+        self.calls += 1
+        return self.inner.complete(call)
+
+
+def test_completed_write_and_model_calls_are_not_repeated_after_a_later_failure(
+    runtime: tenure.Runtime,
+) -> None:
+    ledger: list[tuple[str, int]] = []
+    model = Counting()
+    runtime.add_model("counting", model)
+
+    @runtime.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    def send_email(ctx: ToolContext, to: str) -> str:
+        ledger.append((ctx.idempotency_key, ctx.fencing_token))
+        return f"sent to {to}"
+
+    script = [
+        {"call": [{"tool": "send_email", "args": {"to": "a@example.com"}}]},
+        {"fail": "server_error", "attempts": [0]},
+        {"say": "done"},
+    ]
+    run_id = runtime.enqueue(
+        RunRequest(prompt="mail", model="counting", tools=["send_email"], script=script)
+    )
+    first = runtime.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    assert model.calls == 2  # the call turn, then the failing one
+    time.sleep(0.15)
+    second = runtime.run_queued(run_id)
+    assert second is not None and second.outcome is Outcome.COMPLETED
+    assert second.output == "done"
+    assert len(ledger) == 1, "the completed write ran again"
+    assert model.calls == 3, "the recorded model call was repeated"
+    llm_events = [e for e in runtime.events(run_id) if e.kind is EventKind.LLM]
+    assert [e.attempt for e in llm_events] == [0, 1]
+
+
+def test_idempotency_key_is_stable_across_attempts_and_fencing_token_grows(
+    runtime: tenure.Runtime,
+) -> None:
+    seen: list[tuple[str, int, int]] = []
+
+    @runtime.tool(effect=ToolEffect.IDEMPOTENT_WRITE)
+    def upsert(ctx: ToolContext) -> str:
+        seen.append((ctx.idempotency_key, ctx.fencing_token, ctx.attempt))
+        if ctx.attempt == 0:
+            raise tenure.RetryableError("connection reset")
+        return "ok"
+
+    run_id = runtime.enqueue(
+        RunRequest(
+            prompt="u",
+            model="scripted",
+            tools=["upsert"],
+            script=[{"call": [{"tool": "upsert"}, {"tool": "upsert"}]}, {"say": "done"}],
+        )
+    )
+    assert runtime.run_queued(run_id).outcome is Outcome.REQUEUED  # type: ignore[union-attr]
+    time.sleep(0.15)
+    assert runtime.run_queued(run_id).outcome is Outcome.COMPLETED  # type: ignore[union-attr]
+    llm_seq = next(e.sequence for e in runtime.events(run_id) if e.kind is EventKind.LLM)
+    first_key = f"{run_id}:{llm_seq}"
+    assert seen == [(first_key, 1, 0), (first_key, 2, 1), (f"{first_key}.1", 2, 1)]
+
+
+def test_a_reaped_run_resumes_on_another_segment_without_repeating_steps(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime(lease_seconds=0.3)
+    reads: list[int] = []
+
+    @rt.tool
+    def read(ctx: ToolContext) -> int:
+        reads.append(ctx.attempt)
+        return 7
+
+    script = [{"call": [{"tool": "read"}]}, {"sleep": 0.8}, {"say": "finished"}]
+    run_id = rt.enqueue(RunRequest(prompt="r", model="scripted", tools=["read"], script=script))
+    results: list[tenure.RunResult | None] = []
+    stalled = threading.Thread(target=lambda: results.append(rt.run_queued(run_id)))
+    stalled.start()  # reads, then sleeps in the model call past its lease
+    time.sleep(0.5)
+    assert rt.reap().requeued == 1
+    second = rt.run_queued(run_id)
+    stalled.join()
+    assert second is not None and second.outcome is Outcome.COMPLETED
+    assert results[0] is not None and results[0].outcome is Outcome.LEASE_LOST
+    assert reads == [0], "the recorded read ran again"
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED and run.attempt == 1
+    assert [str(e.kind) for e in rt.events(run_id)] == [
+        "request",
+        "claimed",
+        "llm",
+        "tool",
+        "requeued",
+        "claimed",
+        "llm",
+        "assembled",
+    ]
+
+
+def test_pending_calls_of_a_recorded_turn_run_before_the_next_model_call(
+    runtime: tenure.Runtime,
+) -> None:
+    order: list[str] = []
+
+    @runtime.tool
+    def a() -> str:
+        order.append("a")
+        return "a"
+
+    @runtime.tool(effect=ToolEffect.IDEMPOTENT_WRITE)
+    def b(ctx: ToolContext) -> str:
+        order.append(f"b{ctx.attempt}")
+        if ctx.attempt == 0:
+            raise tenure.RetryableError("b failed")
+        return "b"
+
+    script = [{"call": [{"tool": "a"}, {"tool": "b"}]}, {"say": "ok"}]
+    run_id = runtime.enqueue(
+        RunRequest(prompt="p", model="scripted", tools=["a", "b"], script=script)
+    )
+    runtime.run_queued(run_id)
+    time.sleep(0.15)
+    result = runtime.run_queued(run_id)
+    assert result is not None and result.outcome is Outcome.COMPLETED
+    assert order == ["a", "b0", "b1"]

@@ -1,0 +1,222 @@
+"""The worker: concurrency, queues, burst, the periodic reaper, and the graceful drain."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import tenure
+from tenure import EventKind, RunRequest, RunStatus, TerminationReason, ToolContext, ToolEffect
+from tenure._worker import Worker
+
+from ..apps import make_app
+
+MakeRuntime = Callable[..., tenure.Runtime]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start(worker: Worker) -> threading.Thread:
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def nap_request(seconds: float, queue: str = "default") -> RunRequest:
+    return RunRequest(
+        prompt="nap",
+        model="scripted",
+        tools=["nap"],
+        queue=queue,
+        script=[{"call": [{"tool": "nap", "args": {"seconds": seconds}}]}, {"say": "rested"}],
+    )
+
+
+def with_nap(rt: tenure.Runtime) -> tenure.Runtime:
+    lock = threading.Lock()
+    state = {"now": 0, "peak": 0}
+
+    @rt.tool
+    def nap(seconds: float) -> int:
+        with lock:
+            state["now"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+        time.sleep(seconds)
+        with lock:
+            state["now"] -= 1
+        return state["peak"]
+
+    rt.nap_state = state  # type: ignore[attr-defined]
+    return rt
+
+
+def test_concurrency_runs_that_many_at_once_and_burst_drains(runtime: tenure.Runtime) -> None:
+    rt = with_nap(runtime)
+    ids = rt.enqueue_many([nap_request(0.2) for _ in range(9)])
+    rt.work(concurrency=3, burst=True, poll_interval=0.02)
+    assert all(rt.status(i).status is RunStatus.COMPLETED for i in ids)  # type: ignore[union-attr]
+    assert rt.nap_state["peak"] == 3  # type: ignore[attr-defined]
+
+
+def test_queues_filter(runtime: tenure.Runtime) -> None:
+    rt = with_nap(runtime)
+    mail = rt.enqueue(nap_request(0, "mail"))
+    other = rt.enqueue(nap_request(0, "other"))
+    rt.work(concurrency=2, queues=["mail"], burst=True, poll_interval=0.02)
+    assert rt.status(mail).status is RunStatus.COMPLETED  # type: ignore[union-attr]
+    assert rt.status(other).status is RunStatus.QUEUED  # type: ignore[union-attr]
+
+
+def test_burst_returns_while_a_run_backs_off(make_runtime: MakeRuntime) -> None:
+    rt = make_runtime(backoff_base=60, backoff_cap=60)
+    run_id = rt.enqueue(
+        RunRequest(prompt="f", model="scripted", script=[{"fail": "timeout"}, {"say": "x"}])
+    )
+    started = time.monotonic()
+    rt.work(concurrency=2, burst=True, poll_interval=0.02)
+    assert time.monotonic() - started < 10
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED and run.requeue_count == 1
+
+
+def test_the_worker_reaps_a_dead_workers_run_and_finishes_it(make_runtime: MakeRuntime) -> None:
+    rt = make_runtime(lease_seconds=0.4)
+    run_id = rt.enqueue(RunRequest(prompt="x", model="scripted", script=[{"say": "saved"}]))
+    assert rt.store.claim_run(run_id, "worker:dead:1:1", 0.4) is not None  # then it "dies"
+    worker = rt.worker(concurrency=1, poll_interval=0.05)
+    thread = start(worker)
+    started = time.monotonic()
+    wait_for(lambda: rt.status(run_id).status is RunStatus.COMPLETED)  # type: ignore[union-attr]
+    elapsed = time.monotonic() - started
+    worker.stop()
+    thread.join(10)
+    assert elapsed < 0.4 + 0.1 + 2.0  # lease + reap interval (lease/4) + slack
+    causes = [e.payload.get("cause") for e in rt.events(run_id) if e.kind is EventKind.REQUEUED]
+    assert causes == ["stale"]
+
+
+def test_drain_lets_in_flight_runs_finish_within_the_grace_period(
+    runtime: tenure.Runtime,
+) -> None:
+    rt = with_nap(runtime)
+    run_id = rt.enqueue(nap_request(0.5))
+    worker = rt.worker(concurrency=1, poll_interval=0.02, grace_seconds=10)
+    thread = start(worker)
+    wait_for(lambda: rt.status(run_id).status is RunStatus.RUNNING)  # type: ignore[union-attr]
+    later = rt.enqueue(nap_request(0))
+    worker.stop()
+    thread.join(15)
+    assert not thread.is_alive()
+    assert rt.status(run_id).status is RunStatus.COMPLETED  # type: ignore[union-attr]
+    assert rt.status(later).status is RunStatus.QUEUED  # type: ignore[union-attr]
+
+
+def test_after_the_grace_period_runs_are_handed_back_without_charge(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime()
+    release = threading.Event()
+    writing = threading.Event()
+
+    @rt.tool
+    def hang() -> str:
+        release.wait(10)
+        return "late"
+
+    @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    def pay() -> str:
+        writing.set()
+        release.wait(10)
+        return "paid"
+
+    def request(tool: str) -> RunRequest:
+        return RunRequest(
+            prompt="h",
+            model="scripted",
+            tools=[tool],
+            script=[{"call": [{"tool": tool}]}, {"say": "x"}],
+        )
+
+    reader = rt.enqueue(request("hang"))
+    payer = rt.enqueue(request("pay"))
+    worker = rt.worker(concurrency=2, poll_interval=0.02, grace_seconds=0.3)
+    thread = start(worker)
+    wait_for(writing.is_set)
+    worker.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+    release.set()
+
+    handed = rt.status(reader)
+    assert handed is not None and handed.status is RunStatus.QUEUED
+    assert handed.requeue_count == 0  # a drain is not the run's fault
+    assert rt.events(reader)[-1].payload == {"cause": "drain", "worker": worker.identity}
+
+    fenced = rt.status(payer)
+    assert fenced is not None and fenced.status is RunStatus.FAILED
+    assert fenced.termination_reason is TerminationReason.NOT_RETRYABLE
+    assert fenced.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE
+    time.sleep(0.1)  # the abandoned segments wake up: they must write nothing
+    assert rt.status(reader).status is RunStatus.QUEUED  # type: ignore[union-attr]
+    assert not any(e.kind is EventKind.TOOL for e in rt.events(payer))
+
+
+def test_sigterm_drains_a_real_worker_process(tmp_path: Path, db_url: str) -> None:
+    rt = make_app(db_url, str(tmp_path / "ledger"))
+    run_id = rt.enqueue(
+        RunRequest(
+            prompt="n",
+            model="scripted",
+            tools=["nap"],
+            script=[{"call": [{"tool": "nap", "args": {"seconds": 1.0}}]}, {"say": "ok"}],
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.apps", db_url, str(tmp_path / "ledger"), "--lease", "30"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        wait_for(lambda: rt.status(run_id).status is RunStatus.RUNNING, 30)  # type: ignore[union-attr]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "SIGTERM received, draining" in err
+    assert rt.status(run_id).status is RunStatus.COMPLETED  # type: ignore[union-attr]
+    rt.close()
+
+
+def test_tool_context_reaches_a_worker_run(runtime: tenure.Runtime) -> None:
+    seen: list[ToolContext] = []
+
+    @runtime.tool
+    def look(ctx: ToolContext) -> None:
+        seen.append(ctx)
+
+    run_id = runtime.enqueue(
+        RunRequest(
+            prompt="l",
+            model="scripted",
+            tools=["look"],
+            script=[{"call": [{"tool": "look"}]}, {"say": "x"}],
+        )
+    )
+    runtime.work(concurrency=1, burst=True, poll_interval=0.02)
+    assert seen and seen[0].run_id == run_id and seen[0].fencing_token == 1
