@@ -25,10 +25,10 @@ pytestmark = pytest.mark.slow
 
 def spawn_worker(db_url: str, ledger: Path, *extra: str) -> subprocess.Popen[str]:
     log = ledger.with_name(f"worker-{time.monotonic_ns()}.log")
+    command = [sys.executable, "-m", "tests.apps", db_url, str(ledger), "--lease", str(LEASE)]
     with log.open("w") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "tests.apps", db_url, str(ledger), "--lease", str(LEASE)]
-            + list(extra),
+            [*command, *extra],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=err,
