@@ -176,3 +176,67 @@ def test_worker_carries_the_run_through_its_backoffs(
         wait_until_available(run)
 
     check_journal_resume(rt, run_id, endpoint, sent)
+
+
+def test_malformed_tool_arguments_go_back_to_the_model(
+    make_runtime: Callable[..., tenure.Runtime],
+    make_provider: Callable[..., OpenAICompatible],
+    endpoint: Endpoint,
+) -> None:
+    endpoint.push(
+        completion(calls=[("send_invoice", '{"customer_id": "c-42", "amount_cents": 19')]),
+        completion("Sorry, I could not send it."),
+    )
+    rt, sent = setup(make_runtime, make_provider, endpoint)
+
+    result = rt.run(RunRequest(prompt="Invoice c-42", model="gpt", tools=["send_invoice"]))
+
+    assert result.outcome is Outcome.COMPLETED
+    assert sent == []
+    (tool_event,) = [e for e in rt.events(result.run_id) if e.kind is EventKind.TOOL]
+    assert "not a JSON object" in tool_event.payload["error"]
+    shown = endpoint.requests[1]["body"]["messages"][-1]
+    assert shown["role"] == "tool"
+    assert "not a JSON object" in shown["content"]
+
+
+def test_auth_failure_dead_letters_the_run(
+    make_runtime: Callable[..., tenure.Runtime],
+    make_provider: Callable[..., OpenAICompatible],
+    endpoint: Endpoint,
+) -> None:
+    endpoint.push(error(401, "Incorrect API key provided"))
+    rt, _ = setup(make_runtime, make_provider, endpoint)
+    run_id = rt.enqueue(RunRequest(prompt="hi", model="gpt"))
+
+    result = rt.run_queued(run_id)
+
+    assert result is not None
+    assert result.outcome is Outcome.FAILED
+    run = rt.status(run_id)
+    assert run is not None
+    assert (run.status, run.termination_reason, run.error_class) == (
+        RunStatus.FAILED,
+        tenure.TerminationReason.NOT_RETRYABLE,
+        FailureClass.AUTH,
+    )
+    assert "Incorrect API key provided" in run.error
+
+
+def test_rate_limit_waits_at_least_retry_after(
+    make_runtime: Callable[..., tenure.Runtime],
+    make_provider: Callable[..., OpenAICompatible],
+    endpoint: Endpoint,
+) -> None:
+    endpoint.push(error(429, "Rate limit reached", retry_after="5"))
+    rt, _ = setup(make_runtime, make_provider, endpoint)
+    run_id = rt.enqueue(RunRequest(prompt="hi", model="gpt"))
+
+    result = rt.run_queued(run_id)
+
+    assert result is not None
+    assert result.outcome is Outcome.REQUEUED
+    run = rt.status(run_id)
+    assert run is not None
+    assert run.error_class is FailureClass.RATE_LIMIT
+    assert (run.available_at - run.updated_at).total_seconds() == pytest.approx(5.0, abs=0.05)
