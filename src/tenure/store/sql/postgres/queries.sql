@@ -71,9 +71,11 @@ VALUES (%(run_id)s, %(sequence)s, %(attempt)s, %(kind)s, %(payload)s, {now});
 -- Claim up to %(limit)s claimable runs. SKIP LOCKED: rows another claimer has locked are
 -- passed over instead of waited for, and a row that stopped being queued while we looked is
 -- re-checked under its lock and dropped, so every row goes to exactly one claimer.
+-- "Available now" is the statement's start (stable, unlike clock_timestamp()), which lets
+-- it bound the scan of the partial index; the lease is still timed by the clock.
 WITH picked AS (
     SELECT id FROM tenure_runs
-     WHERE status = 'queued' AND available_at <= {now}
+     WHERE status = 'queued' AND available_at <= statement_timestamp()
        AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
      ORDER BY available_at
      LIMIT %(limit)s
