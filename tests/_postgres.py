@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 SERVER_USER = "postgres"
+BINDIR_VARIABLE = "TENURE_PG_BINDIR"
 TEMPLATE = "tenure_template"
 START_TIMEOUT_SECONDS = 60
 # Durability is not under test here (a clean restart still writes everything out); speed is.
@@ -41,7 +42,11 @@ SETTINGS = {
 
 
 def find_bindir() -> Path | None:
-    """Where initdb and pg_ctl are: on PATH, else the newest Debian-style install."""
+    """Where initdb and pg_ctl are: $TENURE_PG_BINDIR if set, else on PATH, else the newest
+    Debian-style install."""
+    chosen = os.environ.get(BINDIR_VARIABLE)
+    if chosen:
+        return Path(chosen) if (Path(chosen) / "initdb").exists() else None
     on_path = shutil.which("initdb")
     if on_path and shutil.which("pg_ctl"):
         return Path(on_path).resolve().parent
