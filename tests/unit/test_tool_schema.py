@@ -350,3 +350,19 @@ def test_var_arguments_are_refused() -> None:
 
     with pytest.raises(ValueError, match=r"\*args and \*\*kwargs"):
         make_tool(f)
+
+
+def test_field_default_takes_the_docstring_description() -> None:
+    default = Field(5, ge=1)
+
+    def f(x: int = default) -> None:
+        """F.
+
+        Args:
+            x: how many
+        """
+
+    assert prop(f) == {"default": 5, "description": "how many", "minimum": 1, "type": "integer"}
+    assert default.description is None
+    with pytest.raises(InvalidArguments, match="greater than or equal to 1"):
+        make_tool(f).validate({"x": 0})

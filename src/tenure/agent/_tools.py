@@ -177,10 +177,15 @@ def _field(param: inspect.Parameter, hints: dict[str, Any], doc: str | None) -> 
     default = param.default
     alias = param.name if _field_name(param.name) != param.name else None
     if isinstance(default, FieldInfo):
+        # pydantic merges metadata from `Annotated` with the default's own settings, which
+        # win; the function's default object itself is left untouched.
+        extra: dict[str, Any] = {}
         if alias:
-            default.alias = alias
+            extra["alias"] = alias
         if doc and not default.description:
-            default.description = doc
+            extra["description"] = doc
+        if extra:
+            annotation = typing.Annotated[annotation, Field(**extra)]
         return annotation, default
     if not doc and not alias:
         return annotation, (... if default is param.empty else default)
