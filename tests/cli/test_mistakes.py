@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -85,9 +86,9 @@ def _not_a_database(tmp: Path) -> str:
     ids=["missing-directory", "a-directory", "not-a-database", "unsupported", "no-path"],
 )
 def test_unreachable_or_unwritable_database(
-    cli: Cli, tmp_path: Path, make_url: object, code: int, expected: str
+    cli: Cli, tmp_path: Path, make_url: Callable[[Path], str], code: int, expected: str
 ) -> None:
-    url = make_url(tmp_path)  # type: ignore[operator]
+    url = make_url(tmp_path)
     for command in (["runs"], ["init"], ["enqueue", "--prompt", "p"], ["reap"]):
         result = cli("--database", url, *command, database=False)
         assert result.code == code

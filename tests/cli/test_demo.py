@@ -1,0 +1,103 @@
+"""`tenure demo` at a small size: what it prints is what the database says afterwards."""
+
+from __future__ import annotations
+
+import re
+import socket
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import tenure
+from tenure import EventKind, TerminationReason, ToolEffect
+
+from .conftest import Cli
+
+pytestmark = pytest.mark.slow
+
+
+def _number(pattern: str, text: str) -> tuple[int, ...]:
+    match = re.search(pattern, text, re.MULTILINE)
+    assert match, f"{pattern!r} not in the output:\n{text}"
+    return tuple(int(g) for g in match.groups())
+
+
+def _status_table(text: str) -> Counter[tuple[str, str]]:
+    section = text.split("runs by status and reason", 1)[1].split("killed worker", 1)[0]
+    rows = re.findall(r"^\s+([a-z_]+)\s+([a-z_]+)\s+(\d+)\s*$", section, re.MULTILINE)
+    return Counter({(status, reason): int(n) for status, reason, n in rows})
+
+
+def _recovered_from(runtime: tenure.Runtime, run_id: str, killed: str) -> bool:
+    holder: dict[object, str] = {}
+    for event in runtime.events(run_id):
+        if event.kind is EventKind.CLAIMED:
+            holder[event.payload["lease_token"]] = event.payload["worker"]
+        stale = event.kind is EventKind.REQUEUED and event.payload["cause"] == "stale"
+        if stale and holder[event.payload["lease_token"]].startswith(killed):
+            return True
+    return False
+
+
+def _journaled_writes(runtime: tenure.Runtime, run_id: str) -> set[str]:
+    return {
+        e.payload["idempotency_key"]
+        for e in runtime.events(run_id)
+        if e.kind is EventKind.TOOL and e.payload["effect"] == ToolEffect.NON_IDEMPOTENT_WRITE
+    }
+
+
+def test_demo_prints_an_audit_that_matches_the_database(cli: Cli, tmp_path: Path) -> None:
+    db = tmp_path / "demo.db"
+    result = cli(
+        "--database", f"sqlite:///{db}", "demo", "--runs", "40", database=False, timeout=120
+    )
+    out = result.out
+    assert result.code == 0, out + result.err
+    assert "Traceback" not in out + result.err
+
+    (pid, held) = _number(r"^killed worker: pid (\d+), holding (\d+) runs", out)
+    (recovered,) = _number(r"^recovered from the killed worker: (\d+) runs", out)
+    (ended, total) = _number(r"^  runs ended: (\d+) of (\d+)$", out)
+    (rows, pairs, repeated) = _number(
+        r"^  non-idempotent writes: (\d+) ledger rows for (\d+) .* pairs, (\d+) repeated$", out
+    )
+    (interrupted,) = _number(r"^  interrupted writes: (\d+),", out)
+    assert re.search(r"^  result: passed$", out, re.MULTILINE)
+
+    with tenure.Runtime(f"sqlite:///{db}") as runtime:
+        runs = runtime.runs(limit=1000)
+        assert (ended, total) == (40, 40) == (sum(r.status.is_terminal for r in runs), len(runs))
+        assert _status_table(out) == Counter(
+            (str(r.status), str(r.termination_reason)) for r in runs
+        )
+        # Auth errors are in the mix, and they dead-letter their runs.
+        assert any(r.termination_reason is TerminationReason.NOT_RETRYABLE for r in runs)
+
+        killed = f"worker:{socket.gethostname()}:{pid}:"
+        assert recovered == held >= 1
+        assert recovered == sum(_recovered_from(runtime, r.id, killed) for r in runs)
+
+        conn = sqlite3.connect(db)
+        ledger = conn.execute(
+            "SELECT run_id, idempotency_key, COUNT(*) FROM demo_ledger GROUP BY 1, 2"
+        ).fetchall()
+        conn.close()
+        assert rows == sum(n for _, _, n in ledger) > 0
+        assert pairs == len(ledger)
+        assert repeated == sum(1 for *_, n in ledger if n > 1) == 0
+        journaled = {key for r in runs for key in _journaled_writes(runtime, r.id)}
+        assert interrupted == len({key for _, key, _ in ledger} - journaled) == 0
+
+
+def test_demo_replaces_its_own_database_and_ignores_the_environment(cli: Cli) -> None:
+    elsewhere = cli.cwd / "production.db"
+    env = {"TENURE_DATABASE_URL": f"sqlite:///{elsewhere}"}
+    for _ in range(2):
+        result = cli("demo", "--runs", "12", database=False, timeout=120, **env)
+        assert result.code == 0, result.out + result.err
+    assert not elsewhere.exists()
+    with tenure.Runtime(f"sqlite:///{cli.cwd / 'tenure-demo.db'}") as runtime:
+        assert len(runtime.runs(limit=100)) == 12
