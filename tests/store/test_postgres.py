@@ -385,3 +385,18 @@ def test_a_server_restart_mid_run_loses_no_run_and_settles_none_twice(
         ids = rt.enqueue_many(_scripted(40, 0.05))
         _drain_while(rt, ids, pg_cluster.restart, when=10)
         _settled_once(rt, ids)
+
+
+def test_an_unreachable_or_missing_database_is_a_clear_error(pg_cluster: Cluster) -> None:
+    from .._postgres import free_port
+
+    for url, says in (
+        (f"postgresql://postgres@127.0.0.1:{free_port()}/tenure", "refused"),
+        (pg_cluster.url("no_such_database"), 'database "no_such_database" does not exist'),
+    ):
+        store = PostgresStore(url, retry_seconds=1)
+        try:
+            with pytest.raises(tenure.DatabaseUnavailable, match=says):
+                store.now()
+        finally:
+            store.close()

@@ -31,9 +31,9 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
-from tenure._errors import DatabaseUnavailable, StoreError
+from tenure._errors import DatabaseUnavailable, InvalidRequest, StoreError
 from tenure.store import _sql
 from tenure.store._common import Cursor, SQLStore
 from tenure.store._rows import aware
@@ -71,13 +71,13 @@ def conninfo_from_url(url: str) -> str:
     win over tenure's defaults (`application_name`, `connect_timeout`).
     """
     if not url.startswith(URL_PREFIXES):
-        raise ValueError(f"not a PostgreSQL URL: {url!r} (expected postgresql://...)")
+        raise InvalidRequest(f"not a PostgreSQL URL: {url!r} (expected postgresql://...)")
     if url.startswith("postgresql+psycopg://"):
         url = "postgresql://" + url[len("postgresql+psycopg://") :]
     try:
         given = pg_conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
-        raise ValueError(f"malformed PostgreSQL URL {url!r}: {exc}") from None
+        raise InvalidRequest(f"malformed PostgreSQL URL {url!r}: {exc}") from None
     defaults: dict[str, Any] = {
         "application_name": APPLICATION_NAME,
         "connect_timeout": CONNECT_TIMEOUT_SECONDS,
@@ -171,12 +171,21 @@ class PostgresStore(SQLStore):
             except psycopg.Error as exc:
                 raise StoreError(f"{self._where()}: {what} failed: {exc}") from exc
             if time.monotonic() + delay >= deadline:
+                reason = self._diagnose() if isinstance(cause, PoolTimeout) else str(cause)
                 raise DatabaseUnavailable(
-                    f"{self._where()} unavailable for {self.retry_seconds:g}s: {cause}"
+                    f"{self._where()} unavailable for {self.retry_seconds:g}s: {reason}"
                 ) from cause
             log.warning("%s failed transiently (%s); retrying in %.2fs", what, cause, delay)
             time.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_DELAY)
+
+    def _diagnose(self) -> str:
+        """Why the pool could not connect, in libpq's words (the pool only says it timed out)."""
+        try:
+            psycopg.connect(self.conninfo).close()
+        except psycopg.Error as exc:
+            return str(exc)
+        return "no pooled connection became free in time"
 
     def _drop_dead_connections(self) -> None:
         # After a server restart every idle pooled connection is dead; find them all now
