@@ -165,7 +165,7 @@ def _requeued(p: dict[str, Any]) -> str:
 
 
 def _dead_lettered(p: dict[str, Any]) -> str:
-    detail = p.get("why") or p.get("error")
+    detail = "; ".join(str(p[k]) for k in ("why", "error") if p.get(k))
     return f"{p.get('reason')} ({p.get('cause')}): {detail}"
 
 

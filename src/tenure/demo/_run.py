@@ -196,8 +196,10 @@ def _work(fleet: Fleet, total: int, options: DemoOptions, console: Console) -> N
 
 
 def _tables(result: Audit, console: Console) -> None:
-    by_scenario = Table(title="runs by scenario", title_justify="left", box=box.SIMPLE_HEAD)
-    for name in ("scenario", "runs", "completed", "dead-lettered", "retried", "recovered"):
+    by_scenario = Table(
+        title="runs by scenario", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    for name in ("scenario", "runs", "completed", "dead-letter", "retried", "recovered"):
         by_scenario.add_column(name, justify="left" if name == "scenario" else "right")
     names = [n for n in SCENARIOS if n in result.scenarios]
     for name in names + sorted(set(result.scenarios) - set(names)):
@@ -205,7 +207,9 @@ def _tables(result: Audit, console: Console) -> None:
         counts = (sc.runs, sc.completed, sc.dead_lettered, sc.retried, sc.recovered)
         by_scenario.add_row(name, *(str(n) for n in counts))
     console.print(by_scenario)
-    by_status = Table(title="runs by status and reason", title_justify="left", box=box.SIMPLE_HEAD)
+    by_status = Table(
+        title="runs by status and reason", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
     by_status.add_column("status")
     by_status.add_column("reason")
     by_status.add_column("runs", justify="right")

@@ -77,7 +77,7 @@ SCENARIOS: dict[str, tuple[int, Callable[[str, str, int], list[Turn]]]] = {
     "read": (22, _read),
     "idempotent write": (18, _idempotent_write),
     "non-idempotent write": (24, _invoice),
-    "write, then server error": (8, _invoice_then_server_error),
+    "write, server error": (8, _invoice_then_server_error),
     "rate limit": (10, _rate_limited),
     "server error": (10, _server_error),
     "auth error": (8, _auth_error),
