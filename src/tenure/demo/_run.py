@@ -192,6 +192,13 @@ def _work(fleet: Fleet, total: int, options: DemoOptions, console: Console) -> N
                 )
                 spare = fleet.start()
                 progress.console.print(f"started worker {spare.number} (pid {spare.proc.pid})")
+            exited = [w for w in fleet.workers if not w.killed and w.proc.poll() is not None]
+            if exited:
+                for w in exited:
+                    progress.console.print(
+                        f"worker {w.number} exited on its own ({w.proc.returncode})"
+                    )
+                return
             time.sleep(TICK_SECONDS)
 
 
