@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import sqlite3
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import tenure
 from tenure import EventKind, TerminationReason, ToolEffect
+from tenure.demo._audit import audit
 
 from .conftest import Cli
 
@@ -49,15 +52,27 @@ def _journaled_writes(runtime: tenure.Runtime, run_id: str) -> set[str]:
     }
 
 
-def test_demo_prints_an_audit_that_matches_the_database(cli: Cli, tmp_path: Path) -> None:
-    db = tmp_path / "demo.db"
+@dataclass(frozen=True)
+class Demo:
+    db: Path
+    out: str
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    """One small demo run, shared by the tests of this module."""
+    cli = Cli(tmp_path_factory.mktemp("demo"), "")
+    db = cli.cwd / "demo.db"
     result = cli(
         "--database", f"sqlite:///{db}", "demo", "--runs", "40", database=False, timeout=120
     )
-    out = result.out
-    assert result.code == 0, out + result.err
-    assert "Traceback" not in out + result.err
+    assert result.code == 0, result.out + result.err
+    assert "Traceback" not in result.out + result.err
+    return Demo(db, result.out)
 
+
+def test_demo_prints_an_audit_that_matches_the_database(demo: Demo) -> None:
+    db, out = demo.db, demo.out
     (pid, held) = _number(r"^killed worker: pid (\d+), holding (\d+) runs", out)
     (recovered,) = _number(r"^recovered from the killed worker: (\d+) runs", out)
     (ended, total) = _number(r"^  runs ended: (\d+) of (\d+)$", out)
@@ -101,3 +116,33 @@ def test_demo_replaces_its_own_database_and_ignores_the_environment(cli: Cli) ->
     assert not elsewhere.exists()
     with tenure.Runtime(f"sqlite:///{cli.cwd / 'tenure-demo.db'}") as runtime:
         assert len(runtime.runs(limit=100)) == 12
+
+
+def test_the_audit_catches_a_repeated_or_unrecorded_write(demo: Demo, tmp_path: Path) -> None:
+    copy = tmp_path / "tampered.db"
+    with (
+        contextlib.closing(sqlite3.connect(demo.db)) as source,
+        contextlib.closing(sqlite3.connect(copy)) as target,
+    ):
+        source.backup(target)
+    with tenure.Runtime(f"sqlite:///{copy}") as runtime:
+        assert audit(runtime, 40, []).passed
+        completed = runtime.runs(status="completed", limit=1)[0].id
+        with contextlib.closing(sqlite3.connect(copy)) as conn:
+            conn.execute(
+                "INSERT INTO demo_ledger (run_id, idempotency_key, fencing_token, customer_id, "
+                "amount_cents, written_at) SELECT run_id, idempotency_key, fencing_token, "
+                "customer_id, amount_cents, written_at FROM demo_ledger LIMIT 1"
+            )
+            conn.commit()
+        repeated = audit(runtime, 40, [])
+        assert (repeated.repeated_writes, repeated.passed) == (1, False)
+        with contextlib.closing(sqlite3.connect(copy)) as conn:
+            conn.execute(
+                "INSERT INTO demo_ledger (run_id, idempotency_key, fencing_token, customer_id, "
+                "amount_cents, written_at) VALUES (?, ?, 1, 'c1', 1, 0)",
+                (completed, f"{completed}:99"),
+            )
+            conn.commit()
+        unrecorded = audit(runtime, 40, [])
+        assert (unrecorded.interrupted_writes, unrecorded.interrupted_not_fenced) == (1, 1)
