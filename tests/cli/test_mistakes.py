@@ -141,3 +141,13 @@ def test_demo_leaves_a_database_that_is_not_its_own(cli: Cli) -> None:
     assert result.code == 1
     assert "is not a demo database" in one_line_error(result)
     assert len(cli("runs", "--json").json()) == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "code"),
+    [("sqlite:////no/such/directory/demo.db", 1), ("postgresql://localhost/demo", 2)],
+)
+def test_demo_on_a_database_it_cannot_use(cli: Cli, url: str, code: int) -> None:
+    result = cli("--database", url, "demo", "--runs", "5", database=False)
+    assert result.code == code
+    one_line_error(result)

@@ -257,8 +257,11 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
     url = options.database_url or DEFAULT_DEMO_DATABASE
     _prepare(url)
     app.use_database(url)
-    connect(url)  # the demo tables exist before any worker writes to them
     total = len(app.enqueue_many(workload(options.runs, options.seed)))
+    try:
+        connect(url)  # the demo tables exist before any worker writes to them
+    except sqlite3.Error as exc:
+        raise CliError(f"cannot create the demo tables in {url}: {exc}") from None
     console.print(f"enqueued {total} scripted runs in {url}")
     with tempfile.TemporaryDirectory(prefix="tenure-demo-") as logs:
         fleet = Fleet(url, options, Path(logs))
