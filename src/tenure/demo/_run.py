@@ -99,18 +99,21 @@ class Fleet:
         """
         pid = worker.proc.pid
         for _ in range(20):
-            os.kill(pid, signal.SIGSTOP)
-            held = [
-                r
-                for r in app.runs(RunStatus.RUNNING, limit=1000)
-                if r.claimed_by.startswith(worker.prefix)
-            ]
-            if held and not any(r.pending_effect for r in held):
-                os.kill(pid, signal.SIGKILL)
-                worker.proc.wait()
-                worker.killed, worker.held_when_killed = True, len(held)
-                return True
-            os.kill(pid, signal.SIGCONT)
+            _freeze(pid)
+            try:
+                held = [
+                    r
+                    for r in app.runs(RunStatus.RUNNING, limit=1000)
+                    if r.claimed_by.startswith(worker.prefix)
+                ]
+                if held and not any(r.pending_effect for r in held):
+                    os.kill(pid, signal.SIGKILL)
+                    worker.proc.wait()
+                    worker.killed, worker.held_when_killed = True, len(held)
+                    return True
+            finally:
+                if not worker.killed:
+                    os.kill(pid, signal.SIGCONT)
             time.sleep(0.02)
         return False
 
@@ -130,6 +133,22 @@ class Fleet:
         for w in self.workers:
             w.log.close()
         return codes
+
+
+def _freeze(pid: int) -> None:
+    """SIGSTOP, then wait until every thread has stopped (a commit under way may land first)."""
+    os.kill(pid, signal.SIGSTOP)
+    stat = Path(f"/proc/{pid}/stat")
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        try:
+            # The state follows the parenthesised command name: "PID (python) T ...".
+            if stat.read_text().rpartition(")")[2].split()[0] == "T":
+                return
+        except (OSError, IndexError):
+            break
+        time.sleep(0.001)
+    time.sleep(0.01)  # no /proc here: give the signal a moment instead
 
 
 def _prepare(url: str) -> None:
