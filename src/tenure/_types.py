@@ -184,6 +184,8 @@ class Event:
     kind: EventKind
     payload: dict[str, Any]
     created_at: datetime
+    # The fencing token the event was written under (the writer's, for a segment's steps).
+    lease_token: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -193,6 +195,7 @@ class Event:
             "kind": str(self.kind),
             "payload": self.payload,
             "created_at": self.created_at.isoformat(),
+            "lease_token": self.lease_token,
         }
 
 

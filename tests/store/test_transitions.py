@@ -381,3 +381,24 @@ def test_stale_runs_lists_only_expired_running_leases(store: Store) -> None:
     assert [s.run_id for s in found] == [stale]
     assert found[0].lease_token == claimed.lease.token and found[0].has_request
     assert stale_for(store, stale).requeue_count == 0
+
+
+def test_events_record_the_token_they_were_written_under(store: Store) -> None:
+    run_id = enqueue(store)
+    first = claim_one(store, lease=SHORT_LEASE).lease
+    store.record_step(first, SHORT_LEASE, [step()])
+    expire()
+    assert store.requeue_stale(run_id, first.token)
+    second = claim_one(store).lease
+    store.record_step(second, 30, [step()])
+    assert store.settle(second, completed()) is not None
+    tokens = [(str(e.kind), e.lease_token) for e in store.events(run_id)]
+    assert tokens == [
+        ("request", 0),
+        ("claimed", 1),
+        ("llm", 1),
+        ("requeued", 1),
+        ("claimed", 2),
+        ("llm", 2),
+        ("assembled", 2),
+    ]

@@ -93,7 +93,7 @@ def test_records_are_frozen_dataclasses_with_the_spec_fields() -> None:
         "output_tokens", "cost", "created_at", "started_at", "finished_at", "updated_at",
     ]  # fmt: skip
     assert [f.name for f in dataclasses.fields(tenure.Event)] == [
-        "run_id", "sequence", "attempt", "kind", "payload", "created_at",
+        "run_id", "sequence", "attempt", "kind", "payload", "created_at", "lease_token",
     ]  # fmt: skip
     assert [f.name for f in dataclasses.fields(tenure.RunResult)] == [
         "outcome", "run_id", "output", "steps", "error", "usage",

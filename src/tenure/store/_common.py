@@ -88,7 +88,13 @@ class SQLStore(ABC):
     # -- events --------------------------------------------------------------------------
 
     def _append(
-        self, cur: Cursor, run_id: str, last: int, attempt: int, events: Sequence[NewEvent]
+        self,
+        cur: Cursor,
+        run_id: str,
+        last: int,
+        attempt: int,
+        token: int,
+        events: Sequence[NewEvent],
     ) -> list[int]:
         first = last - len(events) + 1
         cur.executemany(
@@ -98,6 +104,7 @@ class SQLStore(ABC):
                     "run_id": run_id,
                     "sequence": first + i,
                     "attempt": attempt,
+                    "lease_token": token,
                     "kind": str(e.kind),
                     "payload": dumps(e.payload),
                 }
@@ -107,15 +114,23 @@ class SQLStore(ABC):
         return list(range(first, last + 1))
 
     def _guarded(
-        self, name: str, params: dict[str, Any], run_id: str, events: Sequence[NewEvent]
+        self,
+        name: str,
+        params: dict[str, Any],
+        run_id: str,
+        events: Sequence[NewEvent],
+        lease: Lease | None = None,
     ) -> list[int] | None:
-        """One guarded UPDATE that RETURNs (last_sequence, attempt), then its events."""
+        """One guarded UPDATE that RETURNs (last_sequence, attempt, lease_token), then its
+        events. Events of an owner's write carry the owner's lease, not the row's: if a guard
+        ever let a stale owner through, the audit would see the stale token."""
 
         def tx(cur: Cursor) -> list[int] | None:
             row = cur.execute(self._q[name], params).fetchone()
             if row is None:
                 return None
-            return self._append(cur, run_id, row[0], row[1], events)
+            attempt, token = (lease.attempt, lease.token) if lease else (row[1], row[2])
+            return self._append(cur, run_id, row[0], attempt, token, events)
 
         return self._write(tx)
 
@@ -150,7 +165,7 @@ class SQLStore(ABC):
                     ).fetchone()
                     out.append((existing[0], False))
                     continue
-                self._append(cur, run.run_id, len(run.events) - 1, 0, run.events)
+                self._append(cur, run.run_id, len(run.events) - 1, 0, 0, run.events)
                 out.append((run.run_id, True))
             return out
 
@@ -170,7 +185,7 @@ class SQLStore(ABC):
                     "last_sequence": len(run.events) - 1,
                 },
             )
-            self._append(cur, run.run_id, len(run.events) - 1, 0, run.events)
+            self._append(cur, run.run_id, len(run.events) - 1, 0, 1, run.events)
 
         self._write(tx)
         return Lease(run.run_id, owner, 1, 0)
@@ -181,7 +196,7 @@ class SQLStore(ABC):
             event = NewEvent(
                 EventKind.CLAIMED, {"worker": owner, "lease_token": token, "attempt": attempt}
             )
-            self._append(cur, run_id, last, attempt, [event])
+            self._append(cur, run_id, last, attempt, token, [event])
             out.append(Claimed(Lease(run_id, owner, token, attempt), request, requeue_count))
         return out
 
@@ -222,7 +237,7 @@ class SQLStore(ABC):
             "output_tokens": usage.output_tokens,
             "cost": usage.cost,
         }
-        return self._guarded("record_step", params, lease.run_id, events)
+        return self._guarded("record_step", params, lease.run_id, events, lease)
 
     def mark_fence(self, lease: Lease, effect: ToolEffect, lease_seconds: float) -> bool:
         params = {**self._lease_params(lease), "effect": str(effect), "lease": lease_seconds}
@@ -230,7 +245,7 @@ class SQLStore(ABC):
 
     def clear_fence(self, lease: Lease, lease_seconds: float, event: NewEvent) -> int | None:
         params = {**self._lease_params(lease), "lease": lease_seconds}
-        seqs = self._guarded("clear_fence", params, lease.run_id, [event])
+        seqs = self._guarded("clear_fence", params, lease.run_id, [event], lease)
         return seqs[0] if seqs else None
 
     def requeue(self, lease: Lease, delay: float, error_class: FailureClass, error: str) -> bool:
@@ -247,12 +262,13 @@ class SQLStore(ABC):
             error=error,
             delay=round(delay, 3),
         )
-        return self._guarded("requeue", params, lease.run_id, [event]) is not None
+        return self._guarded("requeue", params, lease.run_id, [event], lease) is not None
 
     def release(self, lease: Lease) -> bool:
         event = lifecycle(EventKind.REQUEUED, cause="drain", worker=lease.owner)
         return (
-            self._guarded("release", self._lease_params(lease), lease.run_id, [event]) is not None
+            self._guarded("release", self._lease_params(lease), lease.run_id, [event], lease)
+            is not None
         )
 
     def settle(self, lease: Lease, settlement: Settlement) -> list[int] | None:
@@ -269,7 +285,7 @@ class SQLStore(ABC):
             "output_tokens": settlement.usage.output_tokens,
             "cost": settlement.usage.cost,
         }
-        return self._guarded("settle", params, lease.run_id, settlement.events)
+        return self._guarded("settle", params, lease.run_id, settlement.events, lease)
 
     def cancel(self, run_id: str) -> bool:
         event = lifecycle(EventKind.CANCELLED)
@@ -314,7 +330,7 @@ class SQLStore(ABC):
                 return False
             prior = fence[0] if fence else ""
             event = lifecycle(EventKind.REDRIVEN, force=force, pending_effect=prior)
-            self._append(cur, run_id, row[0], row[1], [event])
+            self._append(cur, run_id, row[0], row[1], row[2], [event])
             return True
 
         return self._write(tx)

@@ -106,7 +106,7 @@ def _decode_request(raw: Any) -> dict[str, Any] | None:
 
 
 def event_from_row(row: Sequence[Any], time: Time) -> Event:
-    run_id, sequence, attempt, kind, payload, created_at = row
+    run_id, sequence, attempt, kind, payload, created_at, lease_token = row
     return Event(
         run_id=run_id,
         sequence=int(sequence),
@@ -114,6 +114,7 @@ def event_from_row(row: Sequence[Any], time: Time) -> Event:
         kind=EventKind(kind),
         payload=payload if isinstance(payload, dict) else json.loads(payload),
         created_at=_required(time, created_at),
+        lease_token=int(lease_token),
     )
 
 

@@ -64,8 +64,8 @@ VALUES (%(id)s, %(queue)s, 'running', %(request)s, %(idempotency_key)s, %(owner)
         {now}, {now}, {now});
 
 -- name: insert_event
-INSERT INTO tenure_events (run_id, sequence, attempt, kind, payload, created_at)
-VALUES (%(run_id)s, %(sequence)s, %(attempt)s, %(kind)s, %(payload)s, {now});
+INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
+VALUES (%(run_id)s, %(sequence)s, %(attempt)s, %(lease_token)s, %(kind)s, %(payload)s, {now});
 
 -- name: claim
 -- Claim up to %(limit)s claimable runs. SKIP LOCKED: rows another claimer has locked are
@@ -114,7 +114,7 @@ UPDATE tenure_runs
        cost = cost + %(cost)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: mark_fence
 -- Stamp the effect of the write about to run; the lease is renewed to cover the tool.
@@ -123,7 +123,7 @@ UPDATE tenure_runs
        lease_expires = {now} + make_interval(secs => %(lease)s), updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: clear_fence
 UPDATE tenure_runs
@@ -131,7 +131,7 @@ UPDATE tenure_runs
        last_sequence = last_sequence + 1, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: requeue
 -- A failed attempt goes back to the queue after its backoff, charging the budget. A run
@@ -143,7 +143,7 @@ UPDATE tenure_runs
        error = %(error)s, last_sequence = last_sequence + 1, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s
-RETURNING last_sequence, attempt,
+RETURNING last_sequence, attempt, lease_token,
           CASE WHEN %(delay)s <= 0 THEN pg_notify('tenure_runs', queue) END;
 
 -- name: release
@@ -154,7 +154,7 @@ UPDATE tenure_runs
        pending_effect = '', last_sequence = last_sequence + 1, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s AND pending_effect <> 'non_idempotent_write'
-RETURNING last_sequence, attempt, pg_notify('tenure_runs', queue);
+RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
 -- name: settle
 -- A terminal state under the owner's lease. A dead-letter keeps request and fence.
@@ -169,7 +169,7 @@ UPDATE tenure_runs
        last_sequence = last_sequence + %(n)s, finished_at = {now}, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: cancel
 -- Any non-terminal run; the fence stays as evidence of a write that may have happened.
@@ -178,7 +178,7 @@ UPDATE tenure_runs
        lease_expires = NULL, request = NULL, last_sequence = last_sequence + 1,
        finished_at = {now}, updated_at = {now}
  WHERE id = %(id)s AND status NOT IN ('completed', 'failed', 'cancelled')
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: stale_runs
 -- Running rows whose lease expired: candidates for the reaper.
@@ -198,7 +198,7 @@ UPDATE tenure_runs
        last_sequence = last_sequence + 1, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND lease_expires < {now}
    AND lease_token = %(token)s
-RETURNING last_sequence, attempt, pg_notify('tenure_runs', queue);
+RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
 -- name: dead_letter_stale
 UPDATE tenure_runs
@@ -207,7 +207,7 @@ UPDATE tenure_runs
        last_sequence = last_sequence + 1, finished_at = {now}, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND lease_expires < {now}
    AND lease_token = %(token)s
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: fence_of
 -- Locks the row so that the fence read is the one the redrive below replaces.
@@ -224,7 +224,7 @@ UPDATE tenure_runs
    AND termination_reason IN ('retries_exhausted', 'not_retryable')
    AND request IS NOT NULL
    AND (%(force)s OR pending_effect <> 'non_idempotent_write')
-RETURNING last_sequence, attempt, pg_notify('tenure_runs', queue);
+RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
 -- name: purge_events
 -- The runs are locked until the purge commits: a redrive cannot take back a run whose
@@ -246,7 +246,7 @@ SELECT {run_columns}, request FROM tenure_runs WHERE id = %(id)s;
 SELECT status FROM tenure_runs WHERE id = %(id)s;
 
 -- name: events
-SELECT run_id, sequence, attempt, kind, payload, created_at
+SELECT run_id, sequence, attempt, kind, payload, created_at, lease_token
   FROM tenure_events
  WHERE run_id = %(id)s AND sequence > %(after)s
  ORDER BY sequence;

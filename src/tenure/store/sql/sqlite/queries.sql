@@ -28,8 +28,8 @@ VALUES (:id, :queue, 'running', :request, :idempotency_key, :owner,
         {now} + :lease, 1, {now}, :last_sequence, {now}, {now}, {now});
 
 -- name: insert_event
-INSERT INTO tenure_events (run_id, sequence, attempt, kind, payload, created_at)
-VALUES (:run_id, :sequence, :attempt, :kind, :payload, {now});
+INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
+VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, {now});
 
 -- name: claim
 -- Claim up to :limit claimable runs. The writer lock taken by BEGIN IMMEDIATE makes the
@@ -66,21 +66,21 @@ UPDATE tenure_runs
        output_tokens = output_tokens + :output_tokens,
        cost = cost + :cost, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: mark_fence
 -- Stamp the effect of the write about to run; the lease is renewed to cover the tool.
 UPDATE tenure_runs
    SET pending_effect = :effect, lease_expires = {now} + :lease, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: clear_fence
 UPDATE tenure_runs
    SET pending_effect = '', lease_expires = {now} + :lease,
        last_sequence = last_sequence + 1, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: requeue
 -- A failed attempt goes back to the queue after its backoff, charging the budget.
@@ -90,7 +90,7 @@ UPDATE tenure_runs
        pending_effect = '', error_class = :error_class, error = :error,
        last_sequence = last_sequence + 1, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: release
 -- A draining worker hands the run back without charging the budget; never while a
@@ -100,7 +100,7 @@ UPDATE tenure_runs
        pending_effect = '', last_sequence = last_sequence + 1, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
    AND pending_effect <> 'non_idempotent_write'
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: settle
 -- A terminal state under the owner's lease. A dead-letter keeps request and fence.
@@ -113,7 +113,7 @@ UPDATE tenure_runs
        output_tokens = output_tokens + :output_tokens, cost = cost + :cost,
        last_sequence = last_sequence + :n, finished_at = {now}, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: cancel
 -- Any non-terminal run; the fence stays as evidence of a write that may have happened.
@@ -122,7 +122,7 @@ UPDATE tenure_runs
        lease_expires = NULL, request = NULL, last_sequence = last_sequence + 1,
        finished_at = {now}, updated_at = {now}
  WHERE id = :id AND status NOT IN ('completed', 'failed', 'cancelled')
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: stale_runs
 -- Running rows whose lease expired: candidates for the reaper.
@@ -140,7 +140,7 @@ UPDATE tenure_runs
        error_class = 'timeout', error = :error,
        last_sequence = last_sequence + 1, updated_at = {now}
  WHERE id = :id AND status = 'running' AND lease_expires < {now} AND lease_token = :token
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: dead_letter_stale
 UPDATE tenure_runs
@@ -148,7 +148,7 @@ UPDATE tenure_runs
        error = :error, claimed_by = '', lease_expires = NULL,
        last_sequence = last_sequence + 1, finished_at = {now}, updated_at = {now}
  WHERE id = :id AND status = 'running' AND lease_expires < {now} AND lease_token = :token
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: fence_of
 SELECT pending_effect FROM tenure_runs WHERE id = :id;
@@ -164,7 +164,7 @@ UPDATE tenure_runs
    AND termination_reason IN ('retries_exhausted', 'not_retryable')
    AND request IS NOT NULL
    AND (:force OR pending_effect <> 'non_idempotent_write')
-RETURNING last_sequence, attempt;
+RETURNING last_sequence, attempt, lease_token;
 
 -- name: purge_events
 DELETE FROM tenure_events
@@ -183,7 +183,7 @@ SELECT {run_columns}, request FROM tenure_runs WHERE id = :id;
 SELECT status FROM tenure_runs WHERE id = :id;
 
 -- name: events
-SELECT run_id, sequence, attempt, kind, payload, created_at
+SELECT run_id, sequence, attempt, kind, payload, created_at, lease_token
   FROM tenure_events
  WHERE run_id = :id AND sequence > :after
  ORDER BY sequence;
