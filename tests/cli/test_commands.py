@@ -245,3 +245,9 @@ def test_app_option_loads_the_users_runtime(cli: Cli, slow_app: str) -> None:
     assert unknown.code == 2 and "slow_charge" in one_line_error(unknown)
     assert cli("--app", slow_app, *args).code == 0
     assert "1 completed" in cli("--app", slow_app, "worker", "--burst").out
+
+
+def test_purge_durations_in_every_unit(cli: Cli) -> None:
+    for duration in ("90s", "45m", "12h", "30d", "1.5h"):
+        result = cli("purge", "--older-than", duration)
+        assert (result.code, result.out.strip()) == (0, "purged 0 runs")
