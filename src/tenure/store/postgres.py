@@ -282,6 +282,25 @@ class PostgresStore(SQLStore):
         return self._listener.add(wake)
 
 
+class _Listening:
+    """One listener thread's life: its stop signal (an Event, and a socket to interrupt
+    `select`) and whether its LISTEN is in place."""
+
+    def __init__(self, run: Callable[[_Listening], None]) -> None:
+        self.stop = threading.Event()
+        self.listening = threading.Event()
+        self.stop_r, self.stop_w = socket.socketpair()
+        self.thread = threading.Thread(target=run, args=(self,), name="tenure-listen", daemon=True)
+
+    def end(self) -> None:
+        self.stop.set()
+        with contextlib.suppress(OSError):
+            self.stop_w.send(b"x")
+        self.thread.join()
+        self.stop_r.close()
+        self.stop_w.close()
+
+
 class _Listener:
     """One thread per store that LISTENs while anyone is subscribed."""
 
@@ -290,52 +309,39 @@ class _Listener:
         self._wakes: dict[int, Callable[[], None]] = {}
         self._keys = itertools.count()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._stop_r: socket.socket | None = None
-        self._stop_w: socket.socket | None = None
-        self.listening = threading.Event()
+        self._current: _Listening | None = None
+
+    @property
+    def listening(self) -> threading.Event:
+        current = self._current
+        return current.listening if current else threading.Event()
 
     def add(self, wake: Callable[[], None]) -> Callable[[], None]:
         with self._lock:
             key = next(self._keys)
             self._wakes[key] = wake
-            if self._thread is None:
-                self._stop = threading.Event()
-                self._stop_r, self._stop_w = socket.socketpair()
-                self._thread = threading.Thread(
-                    target=self._run,
-                    args=(self._stop, self._stop_r),
-                    name="tenure-listen",
-                    daemon=True,
-                )
-                self._thread.start()
+            if self._current is None:
+                self._current = _Listening(self._run)
+                self._current.thread.start()
 
         def remove() -> None:
+            # Checked and taken under one lock: a subscriber arriving meanwhile either keeps
+            # this thread or starts its own.
             with self._lock:
                 self._wakes.pop(key, None)
-                last = not self._wakes
-            if last:
-                self.close()
+                ending = None if self._wakes else self._current
+                if ending is not None:
+                    self._current = None
+            if ending is not None:
+                ending.end()
 
         return remove
 
     def close(self) -> None:
         with self._lock:
-            thread, self._thread = self._thread, None
-            if thread is None:
-                return
-            self._stop.set()
-            sockets = (self._stop_r, self._stop_w)
-            self._stop_r = self._stop_w = None
-        with contextlib.suppress(OSError):
-            assert sockets[1] is not None
-            sockets[1].send(b"x")
-        thread.join()
-        self.listening.clear()
-        for sock in sockets:
-            if sock is not None:
-                sock.close()
+            ending, self._current = self._current, None
+        if ending is not None:
+            ending.end()
 
     def _fire(self) -> None:
         with self._lock:
@@ -346,33 +352,34 @@ class _Listener:
             except Exception:
                 log.exception("a wake callback failed")
 
-    def _run(self, stop: threading.Event, stop_r: socket.socket) -> None:
+    def _run(self, life: _Listening) -> None:
         delay = RETRY_FIRST_DELAY
         first = True
-        while not stop.is_set():
+        while not life.stop.is_set():
             try:
                 with psycopg.connect(self.conninfo, autocommit=True) as conn:
                     conn.execute(Q["listen"])
-                    self.listening.set()
+                    life.listening.set()
                     delay = RETRY_FIRST_DELAY
                     if not first:
                         self._fire()
                     first = False
-                    self._pump(conn, stop_r)
+                    self._pump(conn, life.stop_r)
             except psycopg.Error as exc:
-                self.listening.clear()
-                if stop.is_set():
-                    return
+                if life.stop.is_set():
+                    break
                 log.warning("listener connection lost (%s); reconnecting in %.2fs", exc, delay)
-            stop.wait(delay)
+            finally:
+                life.listening.clear()
+            life.stop.wait(delay)
             delay = min(delay * 2, LISTEN_RECONNECT_MAX_DELAY)
 
     def _pump(self, conn: psycopg.Connection[Any], stop_r: socket.socket) -> None:
+        stop_fd = stop_r.fileno()
         while True:
             # timeout=0 hands over what has arrived (or was buffered by the health check).
             if any(True for _ in conn.notifies(timeout=0)):
                 self._fire()
-            stop_fd = stop_r.fileno()
             readable, _, _ = select.select([conn.fileno(), stop_fd], [], [], LISTEN_HEALTH_SECONDS)
             if stop_fd in readable:
                 return
