@@ -163,6 +163,20 @@ class Store(Protocol):
         limit: int = 100,
     ) -> list[Run]: ...
 
+    def runs_after(
+        self,
+        after: str,
+        status: RunStatus | None = None,
+        reason: TerminationReason | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[Run]:
+        """The runs that follow run `after` in the order of `runs` (a cursor page); none
+        when that run no longer exists."""
+
+    def run_counts(self) -> dict[tuple[RunStatus, TerminationReason | None], int]:
+        """How many runs there are of each status and termination reason."""
+
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call `wake` when runs may have become claimable (enqueue, requeue, redrive).
 

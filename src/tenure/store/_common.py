@@ -374,3 +374,27 @@ class SQLStore(ABC):
             "limit": limit,
         }
         return [run_from_row(row, self._time) for row in self._read(self._q["runs"], params)]
+
+    def runs_after(
+        self,
+        after: str,
+        status: RunStatus | None = None,
+        reason: TerminationReason | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[Run]:
+        params = {
+            "after": after,
+            "status": str(status) if status else None,
+            "reason": str(reason) if reason else None,
+            "queue": queue,
+            "limit": limit,
+        }
+        rows = self._read(self._q["runs_after"], params)
+        return [run_from_row(row, self._time) for row in rows]
+
+    def run_counts(self) -> dict[tuple[RunStatus, TerminationReason | None], int]:
+        return {
+            (RunStatus(status), TerminationReason(reason) if reason else None): int(count)
+            for status, reason, count in self._read(self._q["run_counts"], {})
+        }

@@ -261,3 +261,23 @@ SELECT {run_columns}, NULL FROM tenure_runs
 
 -- name: purge_cutoff
 SELECT {now} - make_interval(secs => %(age)s);
+
+-- name: runs_after
+-- The page of `runs` that follows the run %(after)s (the cursor), in the same order. The
+-- cursor's own created_at is compared as stored, so a page boundary is exact.
+SELECT {run_columns}, NULL FROM tenure_runs
+ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+   AND (%(reason)s::text IS NULL OR termination_reason = %(reason)s::text)
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+   AND EXISTS (SELECT 1 FROM tenure_runs AS cursor_run
+                WHERE cursor_run.id = %(after)s
+                  AND (tenure_runs.created_at < cursor_run.created_at
+                       OR (tenure_runs.created_at = cursor_run.created_at
+                           AND tenure_runs.id > cursor_run.id)))
+ ORDER BY created_at DESC, id
+ LIMIT %(limit)s;
+
+-- name: run_counts
+-- How many runs are in each status, by termination reason (the dashboard's counts).
+SELECT status, termination_reason, COUNT(*) FROM tenure_runs
+ GROUP BY status, termination_reason;
