@@ -158,12 +158,22 @@ class Worker:
                 item.request,
                 item.requeue_count,
                 collect_steps=False,
+                decision=item.decision,
             )
             with self._lock:
                 self._active[item.lease.run_id] = segment
             try:
                 result = segment.execute()
                 self.stats.count(result.outcome)
+                if result.outcome is Outcome.LEASE_LOST:
+                    # A refused write leaves no row; this line is its only trace (the audit
+                    # counts them from the worker's log).
+                    log.warning(
+                        "run %s: lease_lost: a write under token %d was refused; the "
+                        "segment stopped without writing",
+                        item.lease.run_id,
+                        item.lease.token,
+                    )
             except Exception:  # a bug must not kill the slot; the lease will expire
                 log.exception("run %s: segment crashed", item.lease.run_id)
             finally:
