@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -122,3 +124,28 @@ def test_the_audit_finds_each_broken_promise(tmp_path: Path) -> None:
         assert "dead-lettered not_retryable (failure, class server_error)" in text
     finally:
         store.close()
+
+
+def test_tenure_audit_on_the_command_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    entries: list[LedgerEntry] = []
+    rt = _app(lambda **kw: tenure.Runtime(url, backoff_base=0.05, backoff_cap=0.1, **kw), entries)
+    _workload(rt)
+    rt.close()
+    ledger = tmp_path / "ledger"
+    ledger.write_text("".join(f"{e.run_id} {e.idempotency_key} {e.token}\n" for e in entries))
+
+    def tenure_audit(*extra: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "tenure", "--database", url, "audit", *extra]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    done = tenure_audit("--ledger", str(ledger), "--max-requeues", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "runs 5, events" in done.stdout and "violations 0" in done.stdout
+    with ledger.open("a") as f:
+        f.write(f"{entries[0].run_id} {entries[0].idempotency_key} {entries[0].token}\n")
+    done = tenure_audit("--ledger", str(ledger), "--max-requeues", "1")
+    assert done.returncode == 1
+    assert "VIOLATION" in done.stdout and "happened 2 times" in done.stdout
+    done = tenure_audit("--ledger", str(tmp_path / "missing"))
+    assert done.returncode == 2 and "no such file" in done.stderr

@@ -275,6 +275,23 @@ def purge(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def audit(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure.audit import audit as audit_store
+
+    app = ctx.app
+    if args.ledger and not Path(args.ledger).is_file():
+        raise UsageError(f"--ledger {args.ledger}: no such file")
+    budget = app.settings.max_requeues if args.max_requeues is None else args.max_requeues
+    report = audit_store(
+        app.store,
+        args.ledger,
+        max_requeues=budget,
+        stranded_after=args.stranded_after,
+    )
+    out.print(report.summary(), markup=False, highlight=False)
+    return 0 if report.ok else 1
+
+
 def demo(ctx: Context, args: argparse.Namespace) -> int:
     from tenure.demo._run import DemoOptions, run_demo
 
@@ -303,4 +320,5 @@ HANDLERS = {
     "redrive": redrive,
     "purge": purge,
     "demo": demo,
+    "audit": audit,
 }

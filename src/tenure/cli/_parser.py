@@ -207,6 +207,20 @@ def build(handlers: dict[str, Handler]) -> Parser:
         "--older-than", type=duration, required=True, metavar="DURATION", help="e.g. 30d, 12h"
     )
 
+    p = command("audit", "check every run and its events against the promises; 1 on a violation")
+    p.add_argument(
+        "--ledger", metavar="FILE", help="an external ledger: lines RUN_ID IDEMPOTENCY_KEY [TOKEN]"
+    )
+    p.add_argument(
+        "--max-requeues", type=non_negative_int, metavar="N", help="override the app's budget"
+    )
+    p.add_argument(
+        "--stranded-after",
+        type=seconds,
+        metavar="S",
+        help="a lease expired longer ago than S seconds is a violation",
+    )
+
     p = command("demo", "the main job: scripted runs, two workers, one killed, an audit")
     p.add_argument("--runs", type=positive_int, default=300, metavar="N")
     p.add_argument("--concurrency", type=positive_int, default=8, metavar="N", help="per worker")
