@@ -80,11 +80,16 @@ def test_demo_prints_an_audit_that_matches_the_database(demo: Demo) -> None:
         r"^  non-idempotent writes: (\d+) ledger rows for (\d+) .* pairs, (\d+) repeated$", out
     )
     (interrupted,) = _number(r"^  interrupted writes: (\d+),", out)
+    (violations, audited_runs, audited_events) = _number(
+        r"^  invariants \(tenure\.audit\): (\d+) violations in (\d+) runs and (\d+) events", out
+    )
     assert re.search(r"^  result: passed$", out, re.MULTILINE)
 
     with tenure.Runtime(f"sqlite:///{db}") as runtime:
         runs = runtime.runs(limit=1000)
         assert (ended, total) == (40, 40) == (sum(r.status.is_terminal for r in runs), len(runs))
+        assert (violations, audited_runs) == (0, 40)
+        assert audited_events == sum(len(runtime.events(r.id)) for r in runs)
         assert _status_table(out) == Counter(
             (str(r.status), str(r.termination_reason)) for r in runs
         )

@@ -4,7 +4,9 @@
 - no non-idempotent write ran twice: at most one ledger row per (run, idempotency key)
   (SPEC §13.2);
 - a ledger row that the journal does not record is a write interrupted by the kill: its run
-  must have been dead-lettered with the fence standing, never resumed.
+  must have been dead-lettered with the fence standing, never resumed;
+- and every promise `tenure.audit` checks on the whole event log (sequences, fencing tokens,
+  the journal, the requeue budget, dead-letter reasons), with the ledger's fencing tokens.
 """
 
 from __future__ import annotations
@@ -13,9 +15,14 @@ import sqlite3
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from tenure import Event, EventKind, Run, RunStatus, Runtime, TerminationReason, ToolEffect
+from tenure.audit import LedgerEntry
+from tenure.audit import audit as check_invariants
 from tenure.demo._app import sqlite_path
+
+LEDGER_TOOL = "send_invoice"
 
 
 @dataclass
@@ -41,6 +48,9 @@ class Audit:
     stale_requeued: int
     recovered_from_killed: int
     scenarios: dict[str, Scenario]
+    events: int = 0
+    violations: tuple[str, ...] = ()
+    refused_writes: int = 0
 
     @property
     def passed(self) -> bool:
@@ -49,19 +59,19 @@ class Audit:
             and self.ended == self.runs
             and self.repeated_writes == 0
             and self.interrupted_not_fenced == 0
+            and not self.violations
         )
 
 
-def _ledger(database_url: str) -> dict[tuple[str, str], int]:
+def _ledger(database_url: str) -> list[LedgerEntry]:
     conn = sqlite3.connect(sqlite_path(database_url))
     try:
         rows = conn.execute(
-            "SELECT run_id, idempotency_key, COUNT(*) FROM demo_ledger "
-            "GROUP BY run_id, idempotency_key"
+            "SELECT run_id, idempotency_key, fencing_token FROM demo_ledger ORDER BY id"
         ).fetchall()
     finally:
         conn.close()
-    return {(run_id, key): int(n) for run_id, key, n in rows}
+    return [LedgerEntry(run_id, key, int(token)) for run_id, key, token in rows]
 
 
 def _journaled_keys(events: Sequence[Event]) -> set[str]:
@@ -102,10 +112,16 @@ def _scenario(events: Sequence[Event]) -> str:
     return str((request.get("metadata") or {}).get("scenario", "other"))
 
 
-def audit(app: Runtime, total: int, killed: Sequence[str]) -> Audit:
-    """`killed`: the identity prefixes (`worker:HOST:PID:`) of the workers that were killed."""
+def audit(
+    app: Runtime, total: int, killed: Sequence[str], worker_logs: Sequence[Path] = ()
+) -> Audit:
+    """`killed`: the identity prefixes (`worker:HOST:PID:`) of the workers that were killed;
+    `worker_logs`: where the workers logged (for the segments that stopped on a refused write).
+    """
+    # The ledger first: a write it shows has its fence or its event committed by then.
+    entries = _ledger(app.database_url)
+    ledger = Counter((e.run_id, e.idempotency_key) for e in entries)
     runs: list[Run] = app.runs(limit=total + 1000)
-    ledger = _ledger(app.database_url)
     keys_by_run: dict[str, set[str]] = {}
     for run_id, key in ledger:
         keys_by_run.setdefault(run_id, set()).add(key)
@@ -132,6 +148,13 @@ def audit(app: Runtime, total: int, killed: Sequence[str]) -> Audit:
         scenario.retried += requeues.failure
         scenario.recovered += requeues.from_killed
     outcomes = Counter((str(r.status), str(r.termination_reason or "")) for r in runs)
+    invariants = check_invariants(
+        app.store,
+        entries,
+        max_requeues=app.settings.max_requeues,
+        ledger_tools=[LEDGER_TOOL],
+        worker_logs=worker_logs,
+    )
     return Audit(
         runs=len(runs),
         ended=sum(r.status.is_terminal for r in runs),
@@ -145,4 +168,7 @@ def audit(app: Runtime, total: int, killed: Sequence[str]) -> Audit:
         stale_requeued=stale,
         recovered_from_killed=from_killed,
         scenarios=scenarios,
+        events=invariants.events,
+        violations=tuple(invariants.violations),
+        refused_writes=invariants.refused_writes,
     )

@@ -262,6 +262,17 @@ def _report(result: Audit, killed: list[WorkerProcess], seconds: float, console:
         f"  interrupted writes: {result.interrupted_writes}, each dead-lettered with its fence "
         f"standing ({result.interrupted_not_fenced} not)"
     )
+    console.print(
+        f"  invariants (tenure.audit): {len(result.violations)} violations in {result.runs} "
+        f"runs and {result.events} events (sequences, fencing tokens, journal, budget, "
+        "dead-letter reasons)"
+    )
+    for violation in result.violations[:10]:
+        console.print(f"    {violation}", markup=False)
+    if result.refused_writes:
+        console.print(
+            f"  segments stopped by a refused write (a lost lease): {result.refused_writes}"
+        )
     verdict = "passed" if result.passed else "FAILED"
     console.print(f"  result: {verdict}", style="bold green" if result.passed else "bold red")
     console.print(f"finished in {seconds:.1f}s")
@@ -282,14 +293,14 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
     except sqlite3.Error as exc:
         raise CliError(f"cannot create the demo tables in {url}: {exc}") from None
     console.print(f"enqueued {total} scripted runs in {url}")
-    with tempfile.TemporaryDirectory(prefix="tenure-demo-") as logs:
-        fleet = Fleet(url, options, Path(logs))
+    with tempfile.TemporaryDirectory(prefix="tenure-demo-") as log_dir:
+        fleet = Fleet(url, options, Path(log_dir))
         try:
             _work(fleet, total, options, console)
         finally:
             codes = fleet.stop()
         killed = [w for w in fleet.workers if w.killed]
-        result = audit(app, total, [w.prefix for w in killed])
+        result = audit(app, total, [w.prefix for w in killed], [w.log_path for w in fleet.workers])
         _report(result, killed, time.monotonic() - started, console)
         failed = {n: c for n, c in codes.items() if c != 0}
         for w in fleet.workers:
