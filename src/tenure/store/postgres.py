@@ -224,7 +224,7 @@ class PostgresStore(SQLStore):
             except psycopg.OperationalError:
                 self._drop_dead_connections()
             if time.monotonic() + RETRY_MAX_DELAY >= deadline:
-                return "in progress"
+                return "server not reachable to ask"
             time.sleep(RETRY_FIRST_DELAY * 4)
 
     def _write(self, fn: Callable[[Cursor], T]) -> T:
