@@ -8,6 +8,7 @@ most once, whatever crashes.
 from tenure import providers
 from tenure._errors import (
     DatabaseUnavailable,
+    DecisionConflict,
     FallbackExhausted,
     InvalidRequest,
     ProviderError,
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DatabaseUnavailable",
+    "DecisionConflict",
     "Event",
     "EventKind",
     "FailureClass",

@@ -93,6 +93,10 @@ class DatabaseUnavailable(StoreError):
     """The database stayed locked or unreachable after retries."""
 
 
+class DecisionConflict(TenureError):
+    """An approval or input for a run that is not (or no longer) waiting for it."""
+
+
 class LeaseLost(Exception):
     """Internal: a guarded write matched no row; the run belongs to someone else now."""
 

@@ -43,6 +43,8 @@ class Settings:
     max_requeues: int = _policy.DEFAULT_MAX_REQUEUES
     backoff_base: float = _policy.DEFAULT_BACKOFF_BASE
     backoff_cap: float = _policy.DEFAULT_BACKOFF_CAP
+    approve_writes: bool = False
+    approval_timeout: float | None = None
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Segment:
     interactive: bool = False
     request: RunRequest | None = None
     collect_steps: bool = True
+    decision: str | None = None  # raw JSON of a person's decision this segment continues
     _fence: ToolEffect | None = None
     _written: list[int] = field(default_factory=list)
     _usage: Usage = field(default_factory=Usage)
@@ -106,6 +109,9 @@ class Segment:
         if provider is None:
             raise ProviderError(FailureClass.CONFIGURATION, str(UnknownModel(request.model)))
         while True:
+            held = self._hold(request, journal)
+            if held is not None:
+                return self._suspend(request, *held)
             for pending in list(journal.pending):
                 self._tool_step(request, journal, pending)
             if journal.answers >= request.max_iterations:
@@ -156,11 +162,14 @@ class Segment:
         result: Any = None
         error: str | None = None
         ran = False
+        refusal = self._refusal(journal, pending, tool)
         if tool is None:
             error = f"tool {call.name!r} is not available to this run"
+        elif refusal is not None:
+            error = refusal
         else:
             try:
-                values = tool.validate(call.args)
+                values = tool.validate(self._with_input(pending, tool))
             except InvalidArguments as exc:
                 error = str(exc)
             else:
@@ -207,6 +216,102 @@ class Segment:
             self._lost()
         self._fence = None
         self._written.append(sequence)
+
+    # -- a person in the loop ------------------------------------------------------------
+
+    def _needs_approval(self, tool: Tool | None) -> bool:
+        if tool is None:
+            return False
+        return tool.gate.requires_approval or (
+            self.engine.settings.approve_writes and tool.effect.is_write
+        )
+
+    def _decided_values(self, turn: int) -> dict[str, Any] | None:
+        decision = json.loads(self.decision) if self.decision else None
+        if isinstance(decision, dict) and decision.get("turn") == turn:
+            values = decision.get("values")
+            return values if isinstance(values, dict) else None
+        return None
+
+    def _hold(
+        self, request: RunRequest, journal: Journal
+    ) -> tuple[RunStatus, int, list[dict[str, Any]]] | None:
+        """Whether the pending turn waits for a person: the whole turn, before any call runs."""
+        if not journal.pending:
+            return None
+        turn = journal.pending[0].llm_sequence
+        tools = [
+            self.engine.tools.get(p.call.name) if p.call.name in request.tools else None
+            for p in journal.pending
+        ]
+        kinds = [
+            "approval"
+            if self._needs_approval(t)
+            else "input"
+            if t is not None and t.gate.wants_input
+            else "none"
+            for t in tools
+        ]
+        if "approval" in kinds and turn not in journal.approvals:
+            status = RunStatus.WAITING_FOR_APPROVAL
+        elif "input" in kinds and (
+            turn not in journal.inputs or self._decided_values(turn) is None
+        ):
+            status = RunStatus.WAITING_FOR_INPUT
+        else:
+            return None
+        calls = [
+            {
+                "call_id": p.call.id,
+                "tool": p.call.name,
+                "effect": str(t.effect if t else ToolEffect.NON_IDEMPOTENT_WRITE),
+                "args": p.call.args,
+                "kind": kind,
+                "sensitive": bool(t and t.gate.sensitive),
+                "input_schema": t.gate.input_schema if t and kind == "input" else None,
+                "approval_timeout": t.gate.approval_timeout if t else None,
+            }
+            for p, t, kind in zip(journal.pending, tools, kinds, strict=True)
+        ]
+        return status, turn, calls
+
+    def _suspend(
+        self, request: RunRequest, status: RunStatus, turn: int, calls: list[dict[str, Any]]
+    ) -> RunResult:
+        timeouts = [c["approval_timeout"] for c in calls if c["approval_timeout"]]
+        timeout = min(timeouts) if timeouts else self.engine.settings.approval_timeout
+        kind = "approval" if status is RunStatus.WAITING_FOR_APPROVAL else "input"
+        waiting = {"kind": kind, "turn": turn, "calls": calls}
+        stored = None if not self.interactive else _requests.dumps(_requests.to_json(request))
+        try:
+            sequences = self.store.suspend(self.lease, status, waiting, stored, timeout, [])
+        except Exception as exc:
+            # Never promise a resume that cannot happen: an unstored suspend fails the run.
+            raise ProviderError(
+                FailureClass.UNKNOWN, f"could not hold the run for a person: {exc}"
+            ) from exc
+        if sequences is None:
+            self._lost()
+        outcome = Outcome.AWAITING_APPROVAL if kind == "approval" else Outcome.AWAITING_INPUT
+        return self._result(outcome)
+
+    def _refusal(self, journal: Journal, pending: PendingCall, tool: Tool | None) -> str | None:
+        """A denied approval goes back to the model as the call's result."""
+        if not self._needs_approval(tool):
+            return None
+        decision = journal.approvals.get(pending.llm_sequence, {})
+        if decision.get("approved"):
+            return None
+        who = decision.get("decided_by", "a person")
+        note = decision.get("note")
+        return f"denied by {who}" + (f": {note}" if note else "")
+
+    def _with_input(self, pending: PendingCall, tool: Tool) -> dict[str, Any]:
+        """The model's arguments overlaid with a person's values (declared keys only)."""
+        if not tool.gate.wants_input:
+            return pending.call.args
+        values = self._decided_values(pending.llm_sequence) or {}
+        return {**pending.call.args, **values}
 
     # -- endings -------------------------------------------------------------------------
 

@@ -44,4 +44,7 @@ class Reaper:
                     stale.run_id,
                     "requeued" if verdict is None else f"dead-lettered ({verdict.reason})",
                 )
-        return ReapReport(requeued=requeued, dead_lettered=dead_lettered, skipped=skipped)
+        expired = self.store.expire_waits(limit)
+        return ReapReport(
+            requeued=requeued, dead_lettered=dead_lettered, skipped=skipped, expired=expired
+        )

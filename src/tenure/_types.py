@@ -158,6 +158,10 @@ class Run:
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    # While waiting for a person: what for (kind, the held calls; sensitive arguments hidden)
+    # and until when the reaper waits (approval timeout).
+    waiting: dict[str, Any] | None = None
+    wait_deadline: datetime | None = None
 
     @property
     def is_dead_letter(self) -> bool:
@@ -229,12 +233,14 @@ class ReapReport:
     requeued: int = 0
     dead_lettered: int = 0
     skipped: int = 0
+    expired: int = 0  # runs that waited for a person past their approval timeout
 
     def __add__(self, other: ReapReport) -> ReapReport:
         return ReapReport(
             self.requeued + other.requeued,
             self.dead_lettered + other.dead_lettered,
             self.skipped + other.skipped,
+            self.expired + other.expired,
         )
 
 

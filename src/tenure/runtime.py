@@ -12,7 +12,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from tenure import _policy, _requests
-from tenure._errors import InvalidRequest
+from tenure._errors import DecisionConflict, InvalidRequest
 from tenure._ladder import Engine, Segment, Settings
 from tenure._reaper import DEFAULT_REAP_LIMIT, Reaper
 from tenure._types import (
@@ -27,11 +27,12 @@ from tenure._types import (
     ToolEffect,
 )
 from tenure._worker import DEFAULT_GRACE_SECONDS, DEFAULT_POLL_INTERVAL, Worker
+from tenure.agent._human import validate_input
 from tenure.agent._tools import DEFAULT_TOOL_TIMEOUT, Toolbox, make_tool
 from tenure.providers._base import Provider
 from tenure.providers.scripted import Scripted
 from tenure.store import open_store
-from tenure.store._base import NewEvent, NewRun, Store
+from tenure.store._base import Claimed, NewEvent, NewRun, Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DATABASE_URL = "sqlite:///tenure.db"
@@ -39,6 +40,13 @@ DEFAULT_DATABASE_URL = "sqlite:///tenure.db"
 
 def default_database_url() -> str:
     return os.environ.get("TENURE_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+def _check_decider(who: str, execute: str) -> None:
+    if not isinstance(who, str) or not who.strip():
+        raise InvalidRequest("say who decided: a non-empty name")
+    if execute not in ("queue", "inline"):
+        raise InvalidRequest(f"execute must be 'queue' or 'inline', got {execute!r}")
 
 
 def _positive(name: str, value: float) -> float:
@@ -65,6 +73,8 @@ class Runtime:
         backoff_base: float = _policy.DEFAULT_BACKOFF_BASE,
         backoff_cap: float = _policy.DEFAULT_BACKOFF_CAP,
         reap_interval: float | None = None,
+        approve_writes: bool = False,
+        approval_timeout: float | None = None,
     ) -> None:
         if isinstance(max_requeues, bool) or not isinstance(max_requeues, int) or max_requeues < 0:
             raise InvalidRequest(f"max_requeues must be a whole number >= 0, got {max_requeues!r}")
@@ -74,6 +84,12 @@ class Runtime:
             max_requeues=max_requeues,
             backoff_base=_positive("backoff_base", backoff_base),
             backoff_cap=_positive("backoff_cap", backoff_cap),
+            approve_writes=bool(approve_writes),
+            approval_timeout=(
+                _positive("approval_timeout", approval_timeout)
+                if approval_timeout is not None
+                else None
+            ),
         )
         self.reap_interval = (
             _positive("reap_interval", reap_interval) if reap_interval is not None else None
@@ -116,11 +132,32 @@ class Runtime:
         effect: ToolEffect | str = ToolEffect.READ_ONLY,
         timeout: float = DEFAULT_TOOL_TIMEOUT,
         name: str | None = None,
+        requires_approval: bool = False,
+        input_schema: Any = None,
+        sensitive: bool = False,
+        approval_timeout: float | None = None,
     ) -> Any:
-        """Register a tool: `@rt.tool` or `@rt.tool(effect=..., timeout=..., name=...)`."""
+        """Register a tool: `@rt.tool` or `@rt.tool(effect=..., timeout=..., name=...)`.
+
+        `requires_approval=True` holds a call until a person approves it (`approve`);
+        `input_schema` (a pydantic model or an object JSON schema) holds it until a person
+        submits values (`submit_input`) that overlay the model's arguments. `sensitive`
+        hides the call's arguments in `status()`.
+        """
 
         def register(f: F) -> F:
-            self._tools.add(make_tool(f, effect=effect, timeout=timeout, name=name))
+            self._tools.add(
+                make_tool(
+                    f,
+                    effect=effect,
+                    timeout=timeout,
+                    name=name,
+                    requires_approval=requires_approval,
+                    input_schema=input_schema,
+                    sensitive=sensitive,
+                    approval_timeout=approval_timeout,
+                )
+            )
             return f
 
         return register(fn) if fn is not None else register
@@ -188,7 +225,16 @@ class Runtime:
         )
         if claimed is None:
             return None
-        return Segment(self.engine, claimed.lease, claimed.request, claimed.requeue_count).execute()
+        return self._continue(claimed)
+
+    def _continue(self, claimed: Claimed) -> RunResult:
+        return Segment(
+            self.engine,
+            claimed.lease,
+            claimed.request,
+            claimed.requeue_count,
+            decision=claimed.decision,
+        ).execute()
 
     def worker(
         self,
@@ -224,6 +270,106 @@ class Runtime:
         self.worker(
             concurrency, queues, burst, poll_interval=poll_interval, grace_seconds=grace_seconds
         ).run()
+
+    # -- a person in the loop ------------------------------------------------------------
+
+    def pending(self, limit: int = 100) -> list[Run]:
+        """Runs waiting for an approval or for input, oldest first."""
+        waiting = [
+            *self.runs(RunStatus.WAITING_FOR_APPROVAL, limit=limit),
+            *self.runs(RunStatus.WAITING_FOR_INPUT, limit=limit),
+        ]
+        return sorted(waiting, key=lambda r: r.updated_at)[:limit]
+
+    def pending_calls(self, run_id: str) -> list[dict[str, Any]]:
+        """The held calls of a waiting run (sensitive arguments hidden); [] if not waiting."""
+        run = self.status(run_id)
+        if run is None or run.waiting is None:
+            return []
+        keys = ("call_id", "tool", "effect", "args", "kind", "input_schema")
+        return [{k: call.get(k) for k in keys} for call in run.waiting["calls"]]
+
+    def approve(
+        self,
+        run_id: str,
+        approved: bool,
+        decided_by: str,
+        note: str | None = None,
+        *,
+        execute: str = "queue",
+    ) -> RunResult | None:
+        """Approve (or deny) the held turn of a run waiting for approval.
+
+        An approved write then runs fenced as always; a denial goes back to the model as
+        the call's result. The continuation is queued for a worker (returns None), or with
+        `execute="inline"` runs here (returns its RunResult). Of two concurrent decisions
+        one wins; the other raises DecisionConflict.
+        """
+        _check_decider(decided_by, execute)
+        if note is not None and not isinstance(note, str):
+            raise InvalidRequest("note must be a string")
+        turn, _ = self._waiting(run_id, RunStatus.WAITING_FOR_APPROVAL)
+        event = NewEvent(
+            EventKind.APPROVAL,
+            {"turn": turn, "approved": bool(approved), "decided_by": decided_by, "note": note},
+        )
+        decision = {"turn": turn, "approved": bool(approved)}
+        return self._decide(run_id, RunStatus.WAITING_FOR_APPROVAL, decision, event, execute)
+
+    def submit_input(
+        self,
+        run_id: str,
+        values: dict[str, Any],
+        submitted_by: str,
+        *,
+        execute: str = "queue",
+    ) -> RunResult | None:
+        """Submit the values a run waits for. They are validated before anything is
+        claimed (invalid: InvalidRequest, the run keeps waiting) and overlay only the
+        schema's declared keys; the event stream records who and when, never the values."""
+        _check_decider(submitted_by, execute)
+        turn, calls = self._waiting(run_id, RunStatus.WAITING_FOR_INPUT)
+        accepted: dict[str, Any] = {}
+        for call in calls:
+            if call.get("kind") != "input" or not call.get("input_schema"):
+                continue
+            tool = self._tools.get(call["tool"])
+            model = tool.gate.input_model if tool else None
+            accepted.update(validate_input(call["input_schema"], values, model))
+        event = NewEvent(
+            EventKind.INPUT,
+            {"turn": turn, "submitted_by": submitted_by, "keys": sorted(accepted)},
+        )
+        decision = {"turn": turn, "values": accepted}
+        return self._decide(run_id, RunStatus.WAITING_FOR_INPUT, decision, event, execute)
+
+    def _waiting(self, run_id: str, expected: RunStatus) -> tuple[int, list[dict[str, Any]]]:
+        state = self.store.waiting_of(run_id)
+        if state is None:
+            raise InvalidRequest(f"unknown run {run_id!r}")
+        status, waiting = state
+        if status is not expected or waiting is None:
+            raise DecisionConflict(f"run {run_id} is not {expected} (it is {status})")
+        return int(waiting["turn"]), list(waiting.get("calls", []))
+
+    def _decide(
+        self,
+        run_id: str,
+        expected: RunStatus,
+        decision: dict[str, Any],
+        event: NewEvent,
+        execute: str,
+    ) -> RunResult | None:
+        if execute == "queue":
+            if not self.store.decide_queued(run_id, expected, decision, event):
+                raise DecisionConflict(f"run {run_id} is no longer {expected}")
+            return None
+        claimed = self.store.decide_inline(
+            run_id, expected, decision, event, self._identity, self.settings.lease_seconds
+        )
+        if claimed is None:
+            raise DecisionConflict(f"run {run_id} is no longer {expected}")
+        return self._continue(claimed)
 
     # -- operating -----------------------------------------------------------------------
 

@@ -46,6 +46,9 @@ class Journal:
     answers: int = 0
     usage: Usage = field(default_factory=Usage)
     pending: list[PendingCall] = field(default_factory=list)
+    # A person's decisions, by the sequence of the model turn they decided.
+    approvals: dict[int, dict[str, Any]] = field(default_factory=dict)
+    inputs: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def rebuild(cls, request: RunRequest, events: Iterable[Event]) -> Journal:
@@ -61,6 +64,10 @@ class Journal:
             elif event.kind is EventKind.TOOL:
                 p = event.payload
                 journal.add_result(p["call_id"], p.get("result"), p.get("error"))
+            elif event.kind is EventKind.APPROVAL and "turn" in event.payload:
+                journal.approvals[event.payload["turn"]] = event.payload
+            elif event.kind is EventKind.INPUT and "turn" in event.payload:
+                journal.inputs[event.payload["turn"]] = event.payload
         return journal
 
     def _add_turn(self, sequence: int, message: dict[str, Any]) -> None:

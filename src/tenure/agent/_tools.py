@@ -11,7 +11,7 @@ import inspect
 import re
 import typing
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import (
@@ -27,6 +27,7 @@ from pydantic.fields import FieldInfo
 
 from tenure._errors import InvalidRequest, UnknownTool
 from tenure._types import ToolContext, ToolEffect
+from tenure.agent._human import Gate, make_gate
 from tenure.providers._base import ToolSpec
 
 DEFAULT_TOOL_TIMEOUT = 60.0
@@ -72,6 +73,7 @@ class Tool:
     description: str
     arguments: type[BaseModel]
     takes_context: bool
+    gate: Gate = field(default_factory=Gate)
 
     @property
     def spec(self) -> ToolSpec:
@@ -112,6 +114,10 @@ def make_tool(
     effect: ToolEffect | str = ToolEffect.READ_ONLY,
     timeout: float = DEFAULT_TOOL_TIMEOUT,
     name: str | None = None,
+    requires_approval: bool = False,
+    input_schema: type[BaseModel] | dict[str, Any] | None = None,
+    sensitive: bool = False,
+    approval_timeout: float | None = None,
 ) -> Tool:
     tool_name = name or getattr(fn, "__name__", "")
     if not tool_name or not tool_name.replace("_", "a").replace("-", "a").isalnum():
@@ -158,6 +164,13 @@ def make_tool(
         description=description or tool_name,
         arguments=arguments,
         takes_context=takes_context,
+        gate=make_gate(
+            tool_name,
+            requires_approval=requires_approval,
+            input_schema=input_schema,
+            sensitive=sensitive,
+            approval_timeout=approval_timeout,
+        ),
     )
 
 

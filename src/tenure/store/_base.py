@@ -41,6 +41,7 @@ class Claimed:
     lease: Lease
     request: str | None  # raw JSON as stored; parsing it is the runtime's job
     requeue_count: int
+    decision: str | None = None  # raw JSON: a person's decision the run continues with
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,40 @@ class Store(Protocol):
         """The terminal state and its events; their sequences, or None if not ours."""
 
     def cancel(self, run_id: str) -> bool: ...
+
+    def suspend(
+        self,
+        lease: Lease,
+        status: RunStatus,
+        waiting: dict[str, Any],
+        request: str | None,
+        timeout: float | None,
+        events: Sequence[NewEvent],
+        usage: Usage = NO_USAGE,
+    ) -> list[int] | None:
+        """Hold the run for a person: waiting status, no lease; None if not ours."""
+
+    def decide_queued(
+        self, run_id: str, expected: RunStatus, decision: dict[str, Any], event: NewEvent
+    ) -> bool:
+        """Record a person's decision on a waiting run and queue its continuation."""
+
+    def decide_inline(
+        self,
+        run_id: str,
+        expected: RunStatus,
+        decision: dict[str, Any],
+        event: NewEvent,
+        owner: str,
+        lease_seconds: float,
+    ) -> Claimed | None:
+        """Record a person's decision and claim the continuation for `owner`."""
+
+    def expire_waits(self, limit: int) -> int:
+        """Settle runs waiting past their deadline `approval_denied`; how many."""
+
+    def waiting_of(self, run_id: str) -> tuple[RunStatus, dict[str, Any] | None] | None:
+        """The status and the full (unmasked) waiting record of a run."""
 
     def stale_runs(self, limit: int) -> list[StaleRun]: ...
 

@@ -8,6 +8,7 @@ the events that record it are inserted in the same transaction at the sequences 
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -27,7 +28,7 @@ from tenure.store._base import NO_USAGE, Claimed, Lease, NewEvent, NewRun, Settl
 from tenure.store._rows import dumps, event_from_row, run_from_row
 
 T = TypeVar("T")
-ClaimRow = tuple[str, int, int, str | None, int, int]
+ClaimRow = tuple[str, int, int, str | None, int, int, str | None]
 
 
 class Cursor(Protocol):
@@ -190,14 +191,20 @@ class SQLStore(ABC):
         self._write(tx)
         return Lease(run.run_id, owner, 1, 0)
 
-    def _claimed(self, cur: Cursor, rows: Sequence[ClaimRow], owner: str) -> list[Claimed]:
+    def _claimed(
+        self,
+        cur: Cursor,
+        rows: Sequence[ClaimRow],
+        owner: str,
+        before: Sequence[NewEvent] = (),
+    ) -> list[Claimed]:
         out = []
-        for run_id, token, attempt, request, requeue_count, last in rows:
-            event = NewEvent(
-                EventKind.CLAIMED, {"worker": owner, "lease_token": token, "attempt": attempt}
+        for run_id, token, attempt, request, requeue_count, last, decision in rows:
+            event = lifecycle(EventKind.CLAIMED, worker=owner, lease_token=token, attempt=attempt)
+            self._append(cur, run_id, last, attempt, token, [*before, event])
+            out.append(
+                Claimed(Lease(run_id, owner, token, attempt), request, requeue_count, decision)
             )
-            self._append(cur, run_id, last, attempt, token, [event])
-            out.append(Claimed(Lease(run_id, owner, token, attempt), request, requeue_count))
         return out
 
     def claim(
@@ -290,6 +297,82 @@ class SQLStore(ABC):
     def cancel(self, run_id: str) -> bool:
         event = lifecycle(EventKind.CANCELLED)
         return self._guarded("cancel", {"id": run_id}, run_id, [event]) is not None
+
+    def suspend(
+        self,
+        lease: Lease,
+        status: RunStatus,
+        waiting: dict[str, Any],
+        request: str | None,
+        timeout: float | None,
+        events: Sequence[NewEvent],
+        usage: Usage = NO_USAGE,
+    ) -> list[int] | None:
+        params = {
+            **self._lease_params(lease),
+            "status": str(status),
+            "waiting": dumps(waiting),
+            "request": request,
+            "timeout": timeout,
+            "n": len(events),
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cost": usage.cost,
+        }
+        return self._guarded("suspend", params, lease.run_id, events, lease)
+
+    def decide_queued(
+        self, run_id: str, expected: RunStatus, decision: dict[str, Any], event: NewEvent
+    ) -> bool:
+        params = {"id": run_id, "expected": str(expected), "decision": dumps(decision)}
+        return self._guarded("decide_queued", params, run_id, [event]) is not None
+
+    def decide_inline(
+        self,
+        run_id: str,
+        expected: RunStatus,
+        decision: dict[str, Any],
+        event: NewEvent,
+        owner: str,
+        lease_seconds: float,
+    ) -> Claimed | None:
+        params = {
+            "id": run_id,
+            "expected": str(expected),
+            "decision": dumps(decision),
+            "owner": owner,
+            "lease": lease_seconds,
+        }
+
+        def tx(cur: Cursor) -> list[Claimed]:
+            rows = cur.execute(self._q["decide_inline"], params).fetchall()
+            return self._claimed(cur, rows, owner, before=[event])
+
+        claimed = self._write(tx)
+        return claimed[0] if claimed else None
+
+    def expire_waits(self, limit: int) -> int:
+        event = lifecycle(
+            EventKind.APPROVAL,
+            approved=False,
+            decided_by="reaper",
+            note="no decision before the approval timeout",
+        )
+
+        def tx(cur: Cursor) -> int:
+            rows = cur.execute(self._q["expire_waits"], {"limit": limit}).fetchall()
+            for run_id, last, attempt, token in rows:
+                self._append(cur, run_id, last, attempt, token, [event])
+            return len(rows)
+
+        return self._write(tx)
+
+    def waiting_of(self, run_id: str) -> tuple[RunStatus, dict[str, Any] | None] | None:
+        rows = self._read(self._q["waiting_of"], {"id": run_id})
+        if not rows:
+            return None
+        status, raw = rows[0]
+        return RunStatus(status), (json.loads(raw) if raw else None)
 
     def stale_runs(self, limit: int) -> list[StaleRun]:
         return [

@@ -64,6 +64,8 @@ def run_from_row(row: Sequence[Any], time: Time) -> Run:
         started_at,
         finished_at,
         updated_at,
+        waiting,
+        wait_deadline,
         request,
     ) = row
     return Run(
@@ -90,7 +92,18 @@ def run_from_row(row: Sequence[Any], time: Time) -> Run:
         started_at=time(started_at),
         finished_at=time(finished_at),
         updated_at=_required(time, updated_at),
+        waiting=_waiting_view(waiting),
+        wait_deadline=time(wait_deadline),
     )
+
+
+def _waiting_view(raw: Any) -> dict[str, Any] | None:
+    """What a waiting run waits for, with the arguments of sensitive calls hidden."""
+    if raw is None:
+        return None
+    data = json.loads(raw) if isinstance(raw, str) else raw
+    calls = [{**c, "args": "<hidden>"} if c.get("sensitive") else c for c in data.get("calls", [])]
+    return {**data, "calls": calls}
 
 
 def _decode_request(raw: Any) -> dict[str, Any] | None:

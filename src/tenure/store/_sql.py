@@ -29,6 +29,8 @@ RUN_COLUMNS = (
     "started_at",
     "finished_at",
     "updated_at",
+    "waiting",
+    "wait_deadline",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)

@@ -90,7 +90,8 @@ UPDATE tenure_runs r
        last_sequence = r.last_sequence + 1
   FROM picked
  WHERE r.id = picked.id
-RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_sequence;
+RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_sequence,
+          r.decision;
 
 -- name: claim_run
 -- Claim one named run, if it is queued and claimable now.
@@ -102,7 +103,7 @@ UPDATE tenure_runs
        started_at = COALESCE(started_at, {now}), updated_at = {now},
        last_sequence = last_sequence + 1
  WHERE id = %(id)s AND status = 'queued' AND available_at <= {now}
-RETURNING id, lease_token, attempt, request, requeue_count, last_sequence;
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
 
 -- name: record_step
 -- Heartbeat: renew the lease of the owner, reserve %(n)s event sequences, add usage.
@@ -164,6 +165,8 @@ UPDATE tenure_runs
        lease_expires = NULL,
        request = CASE WHEN %(keep)s THEN request ELSE NULL END,
        pending_effect = CASE WHEN %(keep)s THEN pending_effect ELSE '' END,
+       decision = CASE WHEN %(keep)s THEN decision ELSE NULL END, waiting = NULL,
+       wait_deadline = NULL,
        input_tokens = input_tokens + %(input_tokens)s,
        output_tokens = output_tokens + %(output_tokens)s, cost = cost + %(cost)s,
        last_sequence = last_sequence + %(n)s, finished_at = {now}, updated_at = {now}
@@ -175,7 +178,8 @@ RETURNING last_sequence, attempt, lease_token;
 -- Any non-terminal run; the fence stays as evidence of a write that may have happened.
 UPDATE tenure_runs
    SET status = 'cancelled', termination_reason = 'cancelled', claimed_by = '',
-       lease_expires = NULL, request = NULL, last_sequence = last_sequence + 1,
+       lease_expires = NULL, request = NULL, waiting = NULL, decision = NULL,
+       wait_deadline = NULL, last_sequence = last_sequence + 1,
        finished_at = {now}, updated_at = {now}
  WHERE id = %(id)s AND status NOT IN ('completed', 'failed', 'cancelled')
 RETURNING last_sequence, attempt, lease_token;
@@ -261,6 +265,59 @@ SELECT {run_columns}, NULL FROM tenure_runs
 
 -- name: purge_cutoff
 SELECT {now} - make_interval(secs => %(age)s);
+
+-- name: suspend
+-- The owner holds the run for a person: no lease while it waits (the reaper ignores it). An
+-- interactive run stores its request now, so that any worker can continue it.
+UPDATE tenure_runs
+   SET status = %(status)s, claimed_by = '', lease_expires = NULL, pending_effect = '',
+       request = COALESCE(request, %(request)s::text), waiting = %(waiting)s, decision = NULL,
+       wait_deadline = CASE WHEN %(timeout)s::float8 IS NULL THEN NULL
+                            ELSE {now} + make_interval(secs => %(timeout)s::float8) END,
+       input_tokens = input_tokens + %(input_tokens)s,
+       output_tokens = output_tokens + %(output_tokens)s, cost = cost + %(cost)s,
+       last_sequence = last_sequence + %(n)s, updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s
+RETURNING last_sequence, attempt, lease_token;
+
+-- name: decide_queued
+-- A person's decision on a waiting run; the continuation goes to the queue. Two decisions
+-- race on the status: one applies, the other matches nothing.
+UPDATE tenure_runs
+   SET status = 'queued', available_at = {now}, decision = %(decision)s, waiting = NULL,
+       wait_deadline = NULL, last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = %(id)s AND status = %(expected)s
+RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
+
+-- name: decide_inline
+-- A person's decision, continued by the deciding process under a lease of its own.
+UPDATE tenure_runs
+   SET status = 'running', claimed_by = %(owner)s, lease_expires = {now} + make_interval(secs => %(lease)s),
+       lease_token = lease_token + 1, attempt = attempt + 1, decision = %(decision)s,
+       waiting = NULL, wait_deadline = NULL, last_sequence = last_sequence + 2,
+       updated_at = {now}
+ WHERE id = %(id)s AND status = %(expected)s
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
+
+-- name: expire_waits
+-- Runs that waited past their deadline are settled approval_denied (deadline and status
+-- re-checked in the same statement, so a decision that landed first wins).
+UPDATE tenure_runs
+   SET status = 'failed', termination_reason = 'approval_denied',
+       error = 'no decision before the approval timeout', waiting = NULL, decision = NULL,
+       request = NULL, wait_deadline = NULL, last_sequence = last_sequence + 1,
+       finished_at = {now}, updated_at = {now}
+ WHERE id IN (SELECT id FROM tenure_runs
+               WHERE status IN ('waiting_for_approval', 'waiting_for_input')
+                 AND wait_deadline < {now}
+               ORDER BY wait_deadline
+               LIMIT %(limit)s)
+   AND status IN ('waiting_for_approval', 'waiting_for_input') AND wait_deadline < {now}
+RETURNING id, last_sequence, attempt, lease_token;
+
+-- name: waiting_of
+SELECT status, waiting FROM tenure_runs WHERE id = %(id)s;
 
 -- name: runs_after
 -- The page of `runs` that follows the run %(after)s (the cursor), in the same order. The

@@ -45,7 +45,7 @@ UPDATE tenure_runs
                  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
                ORDER BY available_at
                LIMIT :limit)
-RETURNING id, lease_token, attempt, request, requeue_count, last_sequence;
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
 
 -- name: claim_run
 -- Claim one named run, if it is queued and claimable now.
@@ -56,7 +56,7 @@ UPDATE tenure_runs
        started_at = COALESCE(started_at, {now}), updated_at = {now},
        last_sequence = last_sequence + 1
  WHERE id = :id AND status = 'queued' AND available_at <= {now}
-RETURNING id, lease_token, attempt, request, requeue_count, last_sequence;
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
 
 -- name: record_step
 -- Heartbeat: renew the lease of the owner, reserve :n event sequences, add usage.
@@ -109,6 +109,8 @@ UPDATE tenure_runs
        error_class = :error_class, error = :error, claimed_by = '', lease_expires = NULL,
        request = CASE WHEN :keep THEN request ELSE NULL END,
        pending_effect = CASE WHEN :keep THEN pending_effect ELSE '' END,
+       decision = CASE WHEN :keep THEN decision ELSE NULL END, waiting = NULL,
+       wait_deadline = NULL,
        input_tokens = input_tokens + :input_tokens,
        output_tokens = output_tokens + :output_tokens, cost = cost + :cost,
        last_sequence = last_sequence + :n, finished_at = {now}, updated_at = {now}
@@ -119,7 +121,8 @@ RETURNING last_sequence, attempt, lease_token;
 -- Any non-terminal run; the fence stays as evidence of a write that may have happened.
 UPDATE tenure_runs
    SET status = 'cancelled', termination_reason = 'cancelled', claimed_by = '',
-       lease_expires = NULL, request = NULL, last_sequence = last_sequence + 1,
+       lease_expires = NULL, request = NULL, waiting = NULL, decision = NULL,
+       wait_deadline = NULL, last_sequence = last_sequence + 1,
        finished_at = {now}, updated_at = {now}
  WHERE id = :id AND status NOT IN ('completed', 'failed', 'cancelled')
 RETURNING last_sequence, attempt, lease_token;
@@ -198,6 +201,59 @@ SELECT {run_columns}, NULL FROM tenure_runs
 
 -- name: purge_cutoff
 SELECT {now} - :age;
+
+-- name: suspend
+-- The owner holds the run for a person: no lease while it waits (the reaper ignores it). An
+-- interactive run stores its request now, so that any worker can continue it.
+UPDATE tenure_runs
+   SET status = :status, claimed_by = '', lease_expires = NULL, pending_effect = '',
+       request = COALESCE(request, :request), waiting = :waiting, decision = NULL,
+       wait_deadline = CASE WHEN :timeout IS NULL THEN NULL
+                            ELSE {now} + :timeout END,
+       input_tokens = input_tokens + :input_tokens,
+       output_tokens = output_tokens + :output_tokens, cost = cost + :cost,
+       last_sequence = last_sequence + :n, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner
+   AND lease_token = :token
+RETURNING last_sequence, attempt, lease_token;
+
+-- name: decide_queued
+-- A person's decision on a waiting run; the continuation goes to the queue. Two decisions
+-- race on the status: one applies, the other matches nothing.
+UPDATE tenure_runs
+   SET status = 'queued', available_at = {now}, decision = :decision, waiting = NULL,
+       wait_deadline = NULL, last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = :id AND status = :expected
+RETURNING last_sequence, attempt, lease_token;
+
+-- name: decide_inline
+-- A person's decision, continued by the deciding process under a lease of its own.
+UPDATE tenure_runs
+   SET status = 'running', claimed_by = :owner, lease_expires = {now} + :lease,
+       lease_token = lease_token + 1, attempt = attempt + 1, decision = :decision,
+       waiting = NULL, wait_deadline = NULL, last_sequence = last_sequence + 2,
+       updated_at = {now}
+ WHERE id = :id AND status = :expected
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
+
+-- name: expire_waits
+-- Runs that waited past their deadline are settled approval_denied (deadline and status
+-- re-checked in the same statement, so a decision that landed first wins).
+UPDATE tenure_runs
+   SET status = 'failed', termination_reason = 'approval_denied',
+       error = 'no decision before the approval timeout', waiting = NULL, decision = NULL,
+       request = NULL, wait_deadline = NULL, last_sequence = last_sequence + 1,
+       finished_at = {now}, updated_at = {now}
+ WHERE id IN (SELECT id FROM tenure_runs
+               WHERE status IN ('waiting_for_approval', 'waiting_for_input')
+                 AND wait_deadline < {now}
+               ORDER BY wait_deadline
+               LIMIT :limit)
+   AND status IN ('waiting_for_approval', 'waiting_for_input') AND wait_deadline < {now}
+RETURNING id, last_sequence, attempt, lease_token;
+
+-- name: waiting_of
+SELECT status, waiting FROM tenure_runs WHERE id = :id;
 
 -- name: runs_after
 -- The page of `runs` that follows the run :after (the cursor), in the same order. The
