@@ -1,0 +1,46 @@
+"""The two dialects describe one schema: the same migrations, columns and named queries."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import psycopg
+
+from tenure.store import _sql
+from tenure.store.sqlite import SQLiteStore
+
+TABLES = ("tenure_runs", "tenure_events")
+
+
+def test_both_dialects_have_the_same_migration_versions() -> None:
+    assert [v for v, _ in _sql.migrations("postgres")] == [v for v, _ in _sql.migrations("sqlite")]
+
+
+def test_every_sqlite_query_has_a_postgres_twin() -> None:
+    missing = set(_sql.queries("sqlite")) - set(_sql.queries("postgres"))
+    assert not missing, f"queries with no PostgreSQL version: {sorted(missing)}"
+
+
+def test_migrated_tables_have_the_same_columns(pg_url: str, tmp_path: Path) -> None:
+    lite = SQLiteStore(f"sqlite:///{tmp_path / 'schema.db'}")
+    lite.migrate()
+    lite.close()
+    with sqlite3.connect(tmp_path / "schema.db") as conn:
+        sqlite_columns = {
+            table: sorted(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
+            for table in TABLES
+        }
+    conn.close()
+    with psycopg.connect(pg_url) as pg:
+        pg_columns = {
+            table: sorted(
+                row[0]
+                for row in pg.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = %s",
+                    (table,),
+                )
+            )
+            for table in TABLES
+        }
+    assert pg_columns == sqlite_columns
