@@ -3,6 +3,12 @@
 `python -m tests.apps DB_URL LEDGER [--lease S] [--concurrency N] [--burst]` works the queue.
 The `charge` tool appends one line per execution to LEDGER (an external system the test
 audits afterwards), fsynced before it returns.
+
+`pay` and `save` are the crash tests' tools (a short timeout, so a fence's lease is short):
+each notes where it is in `LEDGER.marks` (`started`, `returned`) so that a test can kill the
+worker at that point. `pay` (non-idempotent) can wait for a gate file before its effect,
+hold after it, and return (on a run's first attempt) a value that takes `slow_return` seconds
+to serialise, which keeps the worker between the tool's return and its event.
 """
 
 from __future__ import annotations
@@ -12,13 +18,74 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import tenure
 from tenure import ToolContext, ToolEffect
 
+CRASH_TOOL_TIMEOUT = 0.5
 
-def make_app(db_url: str, ledger: str, lease: float = 1.0) -> tenure.Runtime:
-    rt = tenure.Runtime(db_url, lease_seconds=lease, backoff_base=0.05, backoff_cap=0.2)
+
+def _append(path: str, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SlowToSerialise:
+    """A tool's return value whose JSON form takes `seconds` to produce: the worker stays
+    between the tool's return and the recording of its event (`json.dumps(default=str)`)."""
+
+    def __init__(self, value: object, seconds: float, marks: str, who: str) -> None:
+        self.value, self.seconds, self.marks, self.who = value, seconds, marks, who
+
+    def __str__(self) -> str:
+        _append(self.marks, f"{self.who} returned\n")
+        time.sleep(self.seconds)
+        return str(self.value)
+
+
+def make_app(db_url: str, ledger: str, lease: float = 1.0, max_requeues: int = 3) -> tenure.Runtime:
+    rt = tenure.Runtime(
+        db_url,
+        lease_seconds=lease,
+        backoff_base=0.05,
+        backoff_cap=0.2,
+        max_requeues=max_requeues,
+    )
+    marks = ledger + ".marks"
+
+    def who(ctx: ToolContext) -> str:
+        return f"{ctx.run_id} {ctx.idempotency_key} {ctx.fencing_token}"
+
+    def mark(ctx: ToolContext, where: str) -> None:
+        _append(marks, f"{who(ctx)} {where}\n")
+
+    @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout=CRASH_TOOL_TIMEOUT)
+    def pay(
+        ctx: ToolContext, amount: int, gate: str = "", hold: float = 0.0, slow_return: float = 0.0
+    ) -> Any:
+        """Pay (one ledger line per execution); optionally wait for a gate file first."""
+        mark(ctx, "started")
+        while gate and not Path(gate).exists():
+            time.sleep(0.02)
+        _append(ledger, f"{ctx.run_id} {ctx.idempotency_key} {ctx.fencing_token}\n")
+        time.sleep(hold)
+        if slow_return and ctx.attempt == 0:
+            return SlowToSerialise({"paid": amount}, slow_return, marks, who(ctx))
+        return {"paid": amount}
+
+    @rt.tool(effect=ToolEffect.IDEMPOTENT_WRITE, timeout=CRASH_TOOL_TIMEOUT)
+    def save(ctx: ToolContext, slow_return: float = 0.0) -> Any:
+        """An idempotent write: the same key converges wherever it runs."""
+        mark(ctx, "started")
+        if slow_return and ctx.attempt == 0:
+            return SlowToSerialise(ctx.idempotency_key, slow_return, marks, who(ctx))
+        return ctx.idempotency_key
 
     @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout=2)
     def charge(ctx: ToolContext, amount: int, hold: float = 0.0) -> dict[str, object]:
@@ -52,9 +119,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--burst", action="store_true")
     parser.add_argument("--grace", type=float, default=10.0)
+    parser.add_argument("--max-requeues", type=int, default=3)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(message)s")
-    rt = make_app(args.db_url, args.ledger, args.lease)
+    rt = make_app(args.db_url, args.ledger, args.lease, args.max_requeues)
     print("ready", flush=True)
     rt.work(
         concurrency=args.concurrency,

@@ -148,6 +148,7 @@ class _Walk:
     attempt: int = 0
     claims: int = 0
     held: bool = False  # a segment holds the run (claimed and not yet released)
+    suspended: bool = False  # handed to a person (approval, input) since the last claim
     interactive: bool = False
     charged: int = 0  # requeues charged to the budget since the last redrive
     tokens: set[int] = field(default_factory=set)
@@ -182,8 +183,7 @@ class _Walk:
             self.owner_step(event)
         elif not self.held:
             self.flag(event, "ends a segment, but no segment held the run")
-        self.held = False
-        self.pending.clear()
+        self.held = False  # tool calls still pending carry over: the next segment runs them
 
 
 def _on_request(w: _Walk, e: Event) -> None:
@@ -196,7 +196,7 @@ def _on_request(w: _Walk, e: Event) -> None:
 
 
 def _on_claimed(w: _Walk, e: Event) -> None:
-    if w.held:
+    if w.held and not w.suspended:
         w.flag(e, "claimed while a segment still held the run")
     if e.lease_token != w.token + 1:
         w.flag(e, f"claim token {e.lease_token}, expected {w.token + 1}")
@@ -205,7 +205,7 @@ def _on_claimed(w: _Walk, e: Event) -> None:
         w.flag(e, f"claim attempt {e.attempt}, expected {expected_attempt}")
     if e.payload.get("lease_token") != e.lease_token or e.payload.get("attempt") != e.attempt:
         w.flag(e, f"payload {e.payload} disagrees with the event's token or attempt")
-    w.token, w.attempt, w.held = e.lease_token, e.attempt, True
+    w.token, w.attempt, w.held, w.suspended = e.lease_token, e.attempt, True, False
     w.claims += 1
     w.tokens.add(e.lease_token)
 
@@ -257,7 +257,12 @@ def _on_dead_lettered(w: _Walk, e: Event) -> None:
 
 def _on_cancelled(w: _Walk, e: Event) -> None:
     w.held = False
-    w.pending.clear()
+
+
+def _on_human(w: _Walk, e: Event) -> None:
+    # A segment that waits for a person gives up its lease; a decision queues or claims a
+    # continuation. Either way the next claim is legitimate.
+    w.suspended = True
 
 
 def _on_redriven(w: _Walk, e: Event) -> None:
@@ -277,6 +282,8 @@ _HANDLERS = {
     EventKind.DEAD_LETTERED: _on_dead_lettered,
     EventKind.CANCELLED: _on_cancelled,
     EventKind.REDRIVEN: _on_redriven,
+    EventKind.APPROVAL: _on_human,
+    EventKind.INPUT: _on_human,
 }
 
 
@@ -359,7 +366,7 @@ def _status_problem(w: _Walk, run: Run) -> str | None:
         if not w.held or not run.claimed_by or run.lease_expires is None:
             return "running, but no segment holds a lease on it"
     elif run.status is RunStatus.QUEUED:
-        if w.held:
+        if w.held and not w.suspended:
             return f"queued, but its events end with a segment holding it ({last})"
     elif run.status is RunStatus.COMPLETED:
         if last is not EventKind.ASSEMBLED:
