@@ -221,6 +221,16 @@ def build(handlers: dict[str, Handler]) -> Parser:
         help="a lease expired longer ago than S seconds is a violation",
     )
 
+    p = command("serve", "the HTTP API, the dashboard and /metrics (the web extra)")
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    p.add_argument("--port", type=positive_int, default=8000, metavar="N")
+    p.add_argument(
+        "--public-read",
+        action="store_true",
+        help="reads need no token (writes still need $TENURE_API_TOKEN; without it: read-only)",
+    )
+    p.add_argument("--otel", action="store_true", help="OpenTelemetry spans per run and step")
+
     p = command("demo", "the main job: scripted runs, two workers, one killed, an audit")
     p.add_argument("--runs", type=positive_int, default=300, metavar="N")
     p.add_argument("--concurrency", type=positive_int, default=8, metavar="N", help="per worker")

@@ -1,0 +1,373 @@
+"""The JSON API under /api (its OpenAPI schema at /api/openapi.json)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from anyio import to_thread
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi.responses import StreamingResponse
+from fastapi.security import HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tenure import RunRequest, RunStatus, TerminationReason
+from tenure._errors import InvalidRequest
+from tenure.web import _views
+from tenure.web._security import Caller
+from tenure.web._state import MAX_BULK_REDRIVE, Web, audit, web_of
+
+log = logging.getLogger("tenure.web")
+
+RUN_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="a run id")]
+Reveal = Annotated[
+    bool, Query(description="show prompts, answers, arguments and submitted values (token only)")
+]
+# Text that goes into a column as it is: no control characters.
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]{1,200}$"
+SSE_POLL_SECONDS = 0.25
+SSE_KEEPALIVE_SECONDS = 15.0
+DEAD_LETTER = Literal["retries_exhausted", "not_retryable"]
+
+# Declares the scheme in the OpenAPI schema; the check itself is Security's.
+bearer_scheme = HTTPBearer(auto_error=False, description="TENURE_API_TOKEN")
+
+
+def _check_text(value: Any, where: str = "body") -> None:
+    """Every string must be storable as UTF-8 (no lone surrogates, no NUL)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidRequest(f"{where}: a string contains a NUL character")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequest(f"{where}: a string is not valid Unicode text") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_text(k, where)
+            _check_text(v, where)
+    elif isinstance(value, list):
+        for v in value:
+            _check_text(v, where)
+
+
+Bearer = Annotated[Any, Depends(bearer_scheme)]
+
+
+def reader(request: Request, _: Bearer) -> Caller:
+    return web_of(request).security.reader(request)
+
+
+def writer(request: Request, _: Bearer) -> Caller:
+    return web_of(request).security.writer(request)
+
+
+def revealing(request: Request, caller: Caller, reveal: bool) -> bool:
+    if reveal:
+        web_of(request).security.revealer(request)
+    return reveal
+
+
+Reader = Annotated[Caller, Depends(reader)]
+Writer = Annotated[Caller, Depends(writer)]
+
+
+class Text(BaseModel):
+    """Strings checked to be storable."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        _check_text(value)
+        return value
+
+
+class EnqueueBody(Text):
+    prompt: str = Field(min_length=1, max_length=200_000)
+    model: str = Field("default", pattern=NAME_PATTERN)
+    tools: list[Annotated[str, Field(pattern=NAME_PATTERN)]] = Field(default_factory=list)
+    max_iterations: int = Field(10, ge=1, le=10_000)
+    queue: str = Field("default", pattern=NAME_PATTERN)
+    idempotency_key: str | None = Field(None, pattern=NAME_PATTERN)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    script: list[dict[str, Any]] | None = None
+    system: str | None = Field(None, max_length=200_000)
+    max_tokens: int | None = Field(None, ge=1, le=10**12)
+    max_cost: float | None = Field(None, gt=0, le=10**9)
+    delay: float = Field(0.0, ge=0, le=10**8, description="seconds before it may be claimed")
+
+
+class BulkRedriveBody(Text):
+    reason: DEAD_LETTER | None = Field(None, description="only this dead-letter reason")
+    queue: str | None = Field(None, pattern=NAME_PATTERN)
+    limit: int = Field(100, ge=1, le=MAX_BULK_REDRIVE)
+    dry_run: bool = False
+
+
+class DecisionBody(Text):
+    approved: bool
+    note: str | None = Field(None, max_length=10_000)
+
+
+class InputBody(Text):
+    values: dict[str, Any]
+
+
+router = APIRouter(prefix="/api")
+
+
+# -- reads -------------------------------------------------------------------------------------
+
+
+@router.get("/health", summary="The server and its database")
+def health(request: Request) -> dict[str, Any]:
+    web = web_of(request)
+    version = web.store.schema_version()
+    return {
+        "status": "ok",
+        "schema_version": version,
+        "writes_enabled": web.security.writes_enabled,
+        "public_read": web.security.public_read,
+        "human_in_the_loop": web.hitl,
+    }
+
+
+@router.get("/counts", summary="How many runs there are, by status and by reason")
+def counts(request: Request, caller: Reader) -> dict[str, Any]:
+    return web_of(request).counts().to_json()
+
+
+@router.get("/runs", summary="Runs, newest first, a page at a time")
+def list_runs(
+    request: Request,
+    caller: Reader,
+    status: RunStatus | None = None,
+    reason: TerminationReason | None = None,
+    queue: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[
+        str | None, Query(pattern=RUN_ID_PATTERN, description="next_cursor of the page before")
+    ] = None,
+    reveal: Reveal = False,
+) -> dict[str, Any]:
+    reveal = revealing(request, caller, reveal)
+    runs, next_cursor = web_of(request).page(status, reason, queue, limit, cursor)
+    return {"runs": [_views.run_json(r, reveal=reveal) for r in runs], "next_cursor": next_cursor}
+
+
+@router.get("/runs/{run_id}", summary="One run")
+def get_run(request: Request, run_id: RunId, caller: Reader, reveal: Reveal = False) -> Any:
+    reveal = revealing(request, caller, reveal)
+    return _views.run_json(web_of(request).run(run_id), reveal=reveal)
+
+
+@router.get("/runs/{run_id}/events", summary="A run's events after a sequence")
+def get_events(
+    request: Request,
+    run_id: RunId,
+    caller: Reader,
+    after: Annotated[int, Query(ge=-1, le=2**62)] = -1,
+    reveal: Reveal = False,
+) -> list[dict[str, Any]]:
+    reveal = revealing(request, caller, reveal)
+    web = web_of(request)
+    web.run(run_id)
+    return [_views.event_json(e, reveal=reveal) for e in web.runtime.events(run_id, after)]
+
+
+@router.get(
+    "/runs/{run_id}/events/stream",
+    summary="Server-sent events: a run's events as they are written, until it ends",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+def stream_events(
+    request: Request,
+    run_id: RunId,
+    caller: Reader,
+    after: Annotated[int, Query(ge=-1, le=2**62)] = -1,
+    reveal: Reveal = False,
+) -> StreamingResponse:
+    reveal = revealing(request, caller, reveal)
+    web = web_of(request)
+    web.run(run_id)
+    last_id = request.headers.get("last-event-id", "")
+    if last_id.isdigit():
+        after = max(after, int(last_id))
+    return StreamingResponse(
+        _follow(request, web, run_id, after, reveal),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _follow(
+    request: Request, web: Web, run_id: str, after: int, reveal: bool
+) -> AsyncIterator[str]:
+    quiet = 0.0
+    while not await request.is_disconnected():
+        # Status first, events second: whatever ended the run is among the events read after.
+        run = await to_thread.run_sync(web.runtime.status, run_id)
+        events = await to_thread.run_sync(web.runtime.events, run_id, after)
+        for event in events:
+            data = json.dumps(_views.event_json(event, reveal=reveal), default=str)
+            yield f"id: {event.sequence}\nevent: event\ndata: {data}\n\n"
+            after = event.sequence
+            quiet = 0.0
+        if run is None or run.status.is_terminal:
+            status = str(run.status) if run else "purged"
+            yield f"event: end\ndata: {json.dumps({'status': status})}\n\n"
+            return
+        await asyncio.sleep(SSE_POLL_SECONDS)
+        quiet += SSE_POLL_SECONDS
+        if quiet >= SSE_KEEPALIVE_SECONDS:
+            quiet = 0.0
+            yield ": keep-alive\n\n"
+
+
+@router.get(
+    "/runs/{run_id}/redrive-plan",
+    summary="Dry run of a redrive: the non-idempotent writes already done, what would run next",
+)
+def redrive_plan(
+    request: Request, run_id: RunId, caller: Reader, reveal: Reveal = False
+) -> dict[str, Any]:
+    reveal = revealing(request, caller, reveal)
+    return web_of(request).plan(run_id, reveal=reveal).to_json()
+
+
+@router.get("/leases", summary="Live leases, by the worker that holds them")
+def leases(request: Request, caller: Reader) -> list[dict[str, Any]]:
+    return [h.to_json() for h in web_of(request).leases()]
+
+
+# -- writes ------------------------------------------------------------------------------------
+
+
+@router.post("/runs", status_code=201, summary="Enqueue a run")
+def enqueue(request: Request, caller: Writer, body: EnqueueBody) -> dict[str, Any]:
+    web = web_of(request)
+    fields = body.model_dump(exclude={"delay"})
+    run_id = web.runtime.enqueue(RunRequest(**fields), delay=body.delay)
+    audit.info("enqueue %s by %s (%s)", run_id, caller.actor, caller.via)
+    return {"id": run_id}
+
+
+@router.post("/runs/{run_id}/cancel", summary="Cancel a run that has not ended")
+def cancel(request: Request, run_id: RunId, caller: Writer) -> dict[str, Any]:
+    web_of(request).cancel(run_id, caller)
+    return {"id": run_id, "cancelled": True}
+
+
+@router.post("/runs/{run_id}/redrive", summary="Send a dead-lettered run back to the queue")
+def redrive(
+    request: Request,
+    run_id: RunId,
+    caller: Writer,
+    force: Annotated[
+        bool, Query(description="even though a non-idempotent write may have happened")
+    ] = False,
+) -> dict[str, Any]:
+    plan = web_of(request).redrive(run_id, force, caller)
+    return {"id": run_id, "redriven": True, "forced": plan.needs_force, "plan": plan.to_json()}
+
+
+@router.post(
+    "/redrive",
+    summary="Redrive dead-letters in bulk (capped; fenced runs are skipped; audited)",
+)
+def redrive_many(
+    request: Request, caller: Writer, body: Annotated[BulkRedriveBody, Body()]
+) -> dict[str, Any]:
+    reason = TerminationReason(body.reason) if body.reason else None
+    return web_of(request).redrive_many(
+        reason, body.queue, body.limit, caller, dry_run=body.dry_run
+    )
+
+
+@router.post("/reap", summary="One reaper pass over runs whose lease expired")
+def reap(
+    request: Request, caller: Writer, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+) -> dict[str, int]:
+    report = web_of(request).runtime.reap(limit)
+    audit.info(
+        "reap by %s: requeued %d, dead-lettered %d, skipped %d",
+        caller.actor,
+        report.requeued,
+        report.dead_lettered,
+        report.skipped,
+    )
+    return {
+        "requeued": report.requeued,
+        "dead_lettered": report.dead_lettered,
+        "skipped": report.skipped,
+    }
+
+
+# -- human in the loop (registered only when the runtime has it) ---------------------------------
+
+hitl_router = APIRouter(prefix="/api")
+
+
+@hitl_router.get("/pending", summary="Runs waiting for a person, with the calls they hold")
+def pending(
+    request: Request,
+    caller: Reader,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    reveal: Reveal = False,
+) -> list[dict[str, Any]]:
+    reveal = revealing(request, caller, reveal)
+    rt: Any = web_of(request).runtime
+    out = []
+    for run in rt.pending(limit=limit):
+        data = _views.run_json(run, reveal=reveal)
+        data["pending_calls"] = [
+            _views.pending_call_json(c, reveal=reveal) for c in rt.pending_calls(run.id)
+        ]
+        out.append(data)
+    return out
+
+
+@hitl_router.get("/runs/{run_id}/pending-calls", summary="The calls a waiting run holds")
+def pending_calls(
+    request: Request, run_id: RunId, caller: Reader, reveal: Reveal = False
+) -> list[dict[str, Any]]:
+    reveal = revealing(request, caller, reveal)
+    web = web_of(request)
+    web.run(run_id)
+    rt: Any = web.runtime
+    return [_views.pending_call_json(c, reveal=reveal) for c in rt.pending_calls(run_id)]
+
+
+@hitl_router.post("/runs/{run_id}/decision", summary="Approve or deny a run's held calls")
+def decide(request: Request, run_id: RunId, caller: Writer, body: DecisionBody) -> dict[str, Any]:
+    web = web_of(request)
+    web.run(run_id)
+    rt: Any = web.runtime
+    rt.approve(run_id, body.approved, decided_by=caller.actor, note=body.note)
+    audit.warning(
+        "%s %s by %s (%s)",
+        "approve" if body.approved else "deny",
+        run_id,
+        caller.actor,
+        caller.via,
+    )
+    return {"id": run_id, "approved": body.approved, "decided_by": caller.actor}
+
+
+@hitl_router.post("/runs/{run_id}/input", summary="Submit the values a waiting run asked for")
+def submit_input(
+    request: Request, run_id: RunId, caller: Writer, body: InputBody
+) -> dict[str, Any]:
+    web = web_of(request)
+    web.run(run_id)
+    rt: Any = web.runtime
+    rt.submit_input(run_id, body.values, submitted_by=caller.actor)
+    audit.warning("input for %s by %s (%s)", run_id, caller.actor, caller.via)
+    return {"id": run_id, "submitted_by": caller.actor}

@@ -1,0 +1,298 @@
+"""Prometheus metrics: runs by status from the store at every scrape, and counters this
+process observes as its segments and reaper passes go through the store.
+
+Observation needs no hook in the core: `instrument(runtime)` puts an `ObservedStore` in front
+of the runtime's store, and every guarded transition the worker, the ladder and the reaper
+make is seen there with its result (a claim, a requeue and its cause, a dead-letter and its
+reason, a guarded write that matched nothing — a lost lease —, a reaper pass). The wrapper
+only reads what goes through; it never changes an argument or a result.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from tenure._types import EventKind, RunStatus, TerminationReason, ToolEffect, Usage
+from tenure.store._base import (
+    NO_USAGE,
+    Claimed,
+    Lease,
+    NewEvent,
+    NewRun,
+    Settlement,
+    StaleRun,
+    Store,
+)
+
+if TYPE_CHECKING:
+    from tenure.runtime import Runtime
+    from tenure.web._otel import Tracing
+
+log = logging.getLogger("tenure.web")
+
+STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# Segments whose end this process never saw (a crashed slot) are forgotten past this many.
+MAX_TRACKED_SEGMENTS = 10_000
+
+
+class RunsCollector(Collector):
+    """`tenure_runs{status}` and `tenure_runs_ended{reason}`, read from the store per scrape."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("tenure_database_up", "1 if the last scrape read the store")
+        try:
+            raw = self.store.run_counts()
+        except Exception as exc:  # a scrape must answer even when the database does not
+            log.warning("metrics: cannot read run counts: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        by_status = GaugeMetricFamily("tenure_runs", "Runs by status", labels=["status"])
+        by_reason = GaugeMetricFamily(
+            "tenure_runs_ended", "Ended runs by termination reason", labels=["reason"]
+        )
+        statuses = dict.fromkeys(RunStatus, 0)
+        reasons = dict.fromkeys(TerminationReason, 0)
+        for (status, reason), n in raw.items():
+            statuses[status] += n
+            if reason is not None:
+                reasons[reason] += n
+        for status, n in statuses.items():
+            by_status.add_metric([str(status)], n)
+        for reason, n in reasons.items():
+            by_reason.add_metric([str(reason)], n)
+        yield up
+        yield by_status
+        yield by_reason
+
+
+class Metrics:
+    """The counters of one process, in a registry of their own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.claims = Counter("tenure_claims", "Runs claimed by this process", registry=r)
+        self.requeues = Counter(
+            "tenure_requeues", "Runs sent back to the queue, by cause", ["cause"], registry=r
+        )
+        self.dead_letters = Counter(
+            "tenure_dead_letters", "Runs dead-lettered, by reason", ["reason"], registry=r
+        )
+        self.lease_losses = Counter(
+            "tenure_lease_losses",
+            "Guarded writes of a segment that matched no row (the run was no longer its own)",
+            registry=r,
+        )
+        self.reaper_passes = Counter("tenure_reaper_passes", "Reaper passes", registry=r)
+        self.reaped = Counter(
+            "tenure_reaper_runs", "Stale runs the reaper handled, by action", ["action"], registry=r
+        )
+        self.step_seconds = Histogram(
+            "tenure_step_seconds",
+            "Time from one step boundary to the next, by step kind",
+            ["kind"],
+            buckets=STEP_BUCKETS,
+            registry=r,
+        )
+        self.model_tokens = Counter(
+            "tenure_model_tokens", "Model tokens, by direction", ["direction"], registry=r
+        )
+        for cause in ("failure", "stale", "drain"):
+            self.requeues.labels(cause)
+        for reason in ("retries_exhausted", "not_retryable"):
+            self.dead_letters.labels(reason)
+        for action in ("requeued", "dead_lettered", "skipped"):
+            self.reaped.labels(action)
+        for direction in ("input", "output"):
+            self.model_tokens.labels(direction)
+
+    def watch_store(self, store: Store) -> None:
+        self.registry.register(RunsCollector(store))
+
+
+class ObservedStore:
+    """A store that counts what goes through it (see the module docstring)."""
+
+    def __init__(self, inner: Store, metrics: Metrics, tracing: Tracing | None = None) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.metrics = metrics
+        self.tracing = tracing
+        self._lock = threading.Lock()
+        # (run id, token) of a segment -> when its last step boundary was written.
+        self._boundaries: OrderedDict[tuple[str, int], float] = OrderedDict()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    # -- segments --------------------------------------------------------------------------
+
+    def _began(self, claimed: Sequence[Claimed]) -> None:
+        if not claimed:
+            return
+        self.metrics.claims.inc(len(claimed))
+        now = time.monotonic()
+        with self._lock:
+            for c in claimed:
+                self._boundaries[(c.lease.run_id, c.lease.token)] = now
+            while len(self._boundaries) > MAX_TRACKED_SEGMENTS:
+                self._boundaries.popitem(last=False)
+        if self.tracing is not None:
+            for c in claimed:
+                self.tracing.segment_started(c.lease)
+
+    def _boundary(self, lease: Lease, events: Sequence[NewEvent], usage: Usage) -> None:
+        now = time.monotonic()
+        key = (lease.run_id, lease.token)
+        with self._lock:
+            last = self._boundaries.get(key)
+            if key in self._boundaries:
+                self._boundaries[key] = now
+        step = next((e for e in events if e.kind in (EventKind.LLM, EventKind.TOOL)), None)
+        if step is not None and last is not None:
+            self.metrics.step_seconds.labels(str(step.kind)).observe(now - last)
+            if self.tracing is not None:
+                self.tracing.step(lease, step, now - last)
+        if usage.input_tokens:
+            self.metrics.model_tokens.labels("input").inc(usage.input_tokens)
+        if usage.output_tokens:
+            self.metrics.model_tokens.labels("output").inc(usage.output_tokens)
+
+    def _ended(self, lease: Lease, outcome: str) -> None:
+        with self._lock:
+            self._boundaries.pop((lease.run_id, lease.token), None)
+        if self.tracing is not None:
+            self.tracing.segment_ended(lease, outcome)
+
+    def _missed(self, lease: Lease) -> None:
+        """A guarded write of `lease` matched nothing: cancelled, or the lease was lost."""
+        try:
+            cancelled = self.inner.run_status(lease.run_id) is RunStatus.CANCELLED
+        except Exception:
+            cancelled = False
+        if not cancelled:
+            self.metrics.lease_losses.inc()
+        self._ended(lease, "cancelled" if cancelled else "lease_lost")
+
+    # -- the observed transitions ----------------------------------------------------------
+
+    def claim(
+        self, owner: str, queues: Sequence[str] | None, lease_seconds: float, limit: int
+    ) -> list[Claimed]:
+        claimed = self.inner.claim(owner, queues, lease_seconds, limit)
+        self._began(claimed)
+        return claimed
+
+    def start(self, run: NewRun, owner: str, lease_seconds: float) -> Lease:
+        lease = self.inner.start(run, owner, lease_seconds)
+        with self._lock:
+            self._boundaries[(lease.run_id, lease.token)] = time.monotonic()
+        if self.tracing is not None:
+            self.tracing.segment_started(lease)
+        return lease
+
+    def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> Claimed | None:
+        claimed = self.inner.claim_run(run_id, owner, lease_seconds)
+        self._began([claimed] if claimed else [])
+        return claimed
+
+    def record_step(
+        self,
+        lease: Lease,
+        lease_seconds: float,
+        events: Sequence[NewEvent],
+        usage: Usage = NO_USAGE,
+    ) -> list[int] | None:
+        sequences = self.inner.record_step(lease, lease_seconds, events, usage)
+        if sequences is None:
+            self._missed(lease)
+        else:
+            self._boundary(lease, events, usage)
+        return sequences
+
+    def mark_fence(self, lease: Lease, effect: ToolEffect, lease_seconds: float) -> bool:
+        won = self.inner.mark_fence(lease, effect, lease_seconds)
+        if not won:
+            self._missed(lease)
+        return won
+
+    def clear_fence(self, lease: Lease, lease_seconds: float, event: NewEvent) -> int | None:
+        sequence = self.inner.clear_fence(lease, lease_seconds, event)
+        if sequence is None:
+            self._missed(lease)
+        else:
+            self._boundary(lease, [event], NO_USAGE)
+        return sequence
+
+    def requeue(self, lease: Lease, delay: float, error_class: Any, error: str) -> bool:
+        won = self.inner.requeue(lease, delay, error_class, error)
+        if won:
+            self.metrics.requeues.labels("failure").inc()
+            self._ended(lease, "requeued")
+        else:
+            self._missed(lease)
+        return won
+
+    def release(self, lease: Lease) -> bool:
+        won = self.inner.release(lease)
+        if won:
+            self.metrics.requeues.labels("drain").inc()
+            self._ended(lease, "released")
+        return won
+
+    def settle(self, lease: Lease, settlement: Settlement) -> list[int] | None:
+        sequences = self.inner.settle(lease, settlement)
+        if sequences is None:
+            self._missed(lease)
+            return None
+        self._boundary(lease, settlement.events, settlement.usage)
+        if settlement.is_dead_letter:
+            self.metrics.dead_letters.labels(str(settlement.reason)).inc()
+        self._ended(lease, str(settlement.reason))
+        return sequences
+
+    def stale_runs(self, limit: int) -> list[StaleRun]:
+        self.metrics.reaper_passes.inc()
+        return self.inner.stale_runs(limit)
+
+    def requeue_stale(self, run_id: str, seen_token: int) -> bool:
+        won = self.inner.requeue_stale(run_id, seen_token)
+        self.metrics.reaped.labels("requeued" if won else "skipped").inc()
+        if won:
+            self.metrics.requeues.labels("stale").inc()
+        return won
+
+    def dead_letter_stale(
+        self, run_id: str, seen_token: int, reason: TerminationReason, error: str
+    ) -> bool:
+        won = self.inner.dead_letter_stale(run_id, seen_token, reason, error)
+        self.metrics.reaped.labels("dead_lettered" if won else "skipped").inc()
+        if won:
+            self.metrics.dead_letters.labels(str(reason)).inc()
+        return won
+
+
+def instrument(runtime: Runtime, metrics: Metrics, tracing: Tracing | None = None) -> None:
+    """Observe `runtime`'s store from now on (workers and reaps started after this call)."""
+    store = runtime.store
+    if isinstance(store, ObservedStore):
+        return
+    observed = cast(Store, ObservedStore(store, metrics, tracing))
+    # The runtime hands its store to every worker and reaper it makes, so replacing it here
+    # is the whole installation; nothing in the core knows it is observed.
+    with runtime._lock:
+        runtime._store = observed

@@ -1,0 +1,508 @@
+"""The dashboard: server-rendered pages over the same state as the API.
+
+Pages read with the browser's session (or anonymously with --public-read). Every form posts
+back here with its CSRF token; a form never goes through the API, whose writes take a bearer
+token only.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, Form, Path, Query, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from tenure import RunStatus, TerminationReason, __version__
+from tenure._errors import InvalidRequest
+from tenure.web import _views
+from tenure.web._security import (
+    CSRF_FIELD,
+    MAX_ACTOR,
+    NONCE_COOKIE,
+    SESSION_COOKIE,
+    Caller,
+    Forbidden,
+    Security,
+)
+from tenure.web._state import MAX_BULK_REDRIVE, Web, audit, web_of
+
+RUN_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN)]
+PAGE_SIZE = 50
+SESSION_MAX_AGE = 12 * 3600
+# What a finished action says on the page it leads to; only these texts are ever shown.
+DONE = {
+    "redriven": "Redriven: the run is back in the queue.",
+    "forced": "Redriven past a standing fence: the interrupted write may run again.",
+    "cancelled": "Cancelled.",
+    "approved": "Approved: the run goes on.",
+    "denied": "Denied: the run ends approval_denied.",
+    "submitted": "Submitted: the run goes on with your values.",
+    "reaped": "Reaper pass done.",
+    "login": "Logged in.",
+}
+
+
+def _time(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else ""
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return ""
+    return f"{value:.0f} ms" if value < 10_000 else f"{value / 1000:.1f} s"
+
+
+_env = Environment(
+    loader=PackageLoader("tenure.web", "templates"),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_env.filters["time"] = _time
+_env.filters["ms"] = _ms
+_env.filters["pretty"] = lambda v: json.dumps(v, indent=1, default=str, ensure_ascii=False)
+
+router = APIRouter(include_in_schema=False)
+
+
+def _nonce(request: Request) -> tuple[str, bool]:
+    existing = Security.nonce_of(request)
+    return (existing, False) if existing else (Security.new_nonce(), True)
+
+
+def render(
+    request: Request,
+    template: str,
+    status_code: int = 200,
+    headers: Any = None,
+    **context: Any,
+) -> HTMLResponse:
+    web: Web = web_of(request)
+    nonce, fresh = _nonce(request)
+    caller = web.security.caller(request)
+    done = request.query_params.get("done", "")
+    html = _env.get_template(template).render(
+        request=request,
+        caller=caller,
+        web=web,
+        csrf=web.security.csrf_token(nonce),
+        csrf_field=CSRF_FIELD,
+        done=DONE.get(done, ""),
+        version=__version__,
+        path=request.url.path,
+        **context,
+    )
+    response = HTMLResponse(html, status_code=status_code, headers=headers)
+    response.headers["Cache-Control"] = "no-store"
+    if fresh:
+        _cookie(request, response, NONCE_COOKIE, nonce, max_age=None)
+    return response
+
+
+def _cookie(
+    request: Request, response: Response, name: str, value: str, max_age: int | None
+) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+
+
+def error_page(request: Request, status: int, message: str, headers: Any = None) -> Response:
+    try:
+        return render(request, "error.html", status, headers, status=status, message=message)
+    except Exception:  # the error page itself must not fail with a trace
+        return HTMLResponse("<!doctype html><title>error</title>error", status_code=status)
+
+
+class LoginRequired(Exception):
+    pass
+
+
+def _reader(request: Request) -> Caller | RedirectResponse:
+    web = web_of(request)
+    caller = web.security.caller(request)
+    if caller.authenticated or web.security.public_read:
+        return caller
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse("/login?" + urlencode({"next": target}), status_code=303)
+
+
+def _operator(request: Request, csrf: str | None) -> Caller:
+    """A dashboard write: a logged-in browser, same-origin, with this page's CSRF token."""
+    web = web_of(request)
+    web.security.check_csrf(request, csrf)
+    if not web.security.writes_enabled:
+        raise Forbidden("writes are disabled: the server was started without TENURE_API_TOKEN")
+    caller = web.security.caller(request)
+    if caller.via != "session":
+        raise Forbidden("log in to act on runs")
+    return caller
+
+
+def _reveal(request: Request, caller: Caller, reveal: bool) -> bool:
+    if reveal:
+        web_of(request).security.revealer(request)
+    return reveal
+
+
+# -- login -------------------------------------------------------------------------------------
+
+
+def _safe_next(target: str | None) -> str:
+    # Only a path of this site: never `//elsewhere` or a scheme.
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+@router.get("/login")
+def login_page(request: Request, next: str | None = None) -> Response:
+    return render(request, "login.html", next=_safe_next(next))
+
+
+@router.post("/login")
+def login(
+    request: Request,
+    token: Annotated[str, Form(max_length=4096)] = "",
+    name: Annotated[str, Form(max_length=MAX_ACTOR)] = "",
+    csrf: Annotated[str | None, Form()] = None,
+    next: Annotated[str | None, Form()] = None,
+) -> Response:
+    security = web_of(request).security
+    security.check_csrf(request, csrf)
+    nonce = Security.nonce_of(request)
+    if nonce is None or not security.token_ok(token):
+        return render(
+            request, "login.html", 401, error="That is not the API token.", next=_safe_next(next)
+        )
+    actor = "".join(ch for ch in name.strip() if ch.isprintable())[:MAX_ACTOR] or "operator"
+    target = _safe_next(next)
+    response = RedirectResponse(target, status_code=303)
+    _cookie(
+        request, response, SESSION_COOKIE, security.session_value(nonce, actor), SESSION_MAX_AGE
+    )
+    audit.info("dashboard login by %s", actor)
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, csrf: Annotated[str | None, Form()] = None) -> Response:
+    web_of(request).security.check_csrf(request, csrf)
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+# -- runs --------------------------------------------------------------------------------------
+
+
+def _filter(value: str | None, kind: type[RunStatus] | type[TerminationReason]) -> Any:
+    if not value:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise InvalidRequest(f"unknown {kind.__name__} {value!r}") from None
+
+
+@router.get("/")
+def runs_page(
+    request: Request,
+    status: str | None = None,
+    reason: str | None = None,
+    queue: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[str | None, Query(pattern=RUN_ID_PATTERN)] = None,
+) -> Response:
+    caller = _reader(request)
+    if isinstance(caller, Response):
+        return caller
+    web = web_of(request)
+    s, r = _filter(status, RunStatus), _filter(reason, TerminationReason)
+    runs, next_cursor = web.page(s, r, queue or None, PAGE_SIZE, cursor)
+    query = {k: v for k, v in {"status": status, "reason": reason, "queue": queue}.items() if v}
+    next_url = "/?" + urlencode({**query, "cursor": next_cursor}) if next_cursor else None
+    return render(
+        request,
+        "runs.html",
+        runs=runs,
+        counts=web.counts(),
+        statuses=[str(x) for x in RunStatus],
+        reasons=[str(x) for x in TerminationReason],
+        status=status or "",
+        reason=reason or "",
+        queue=queue or "",
+        next_url=next_url,
+        first_page=cursor is None,
+    )
+
+
+@router.get("/runs/{run_id}")
+def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
+    caller = _reader(request)
+    if isinstance(caller, Response):
+        return caller
+    web = web_of(request)
+    reveal = _reveal(request, caller, reveal)
+    run = web.run(run_id)
+    events = web.runtime.events(run_id)
+    backoff_until = run.available_at if run.status is RunStatus.QUEUED else None
+    if backoff_until is not None and backoff_until <= web.store.now():
+        backoff_until = None
+    calls: list[dict[str, Any]] = []
+    if web.hitl and run.status in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT):
+        rt: Any = web.runtime
+        calls = [_views.pending_call_json(c, reveal=reveal) for c in rt.pending_calls(run_id)]
+    return render(
+        request,
+        "run.html",
+        run=run,
+        data=_views.run_json(run, reveal=reveal),
+        steps=_views.timeline(events, reveal=reveal),
+        last_sequence=events[-1].sequence if events else -1,
+        backoff_until=backoff_until,
+        reveal=reveal,
+        calls=calls,
+        fields=_fields,
+    )
+
+
+@router.post("/runs/{run_id}/cancel")
+def cancel_form(
+    request: Request, run_id: RunId, csrf: Annotated[str | None, Form()] = None
+) -> Response:
+    caller = _operator(request, csrf)
+    web_of(request).cancel(run_id, caller)
+    return RedirectResponse(f"/runs/{quote(run_id)}?done=cancelled", status_code=303)
+
+
+# -- dead letters and redrive ------------------------------------------------------------------
+
+
+@router.get("/dead-letters")
+def dead_letters_page(
+    request: Request,
+    reason: str | None = None,
+    queue: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[str | None, Query(pattern=RUN_ID_PATTERN)] = None,
+) -> Response:
+    caller = _reader(request)
+    if isinstance(caller, Response):
+        return caller
+    web = web_of(request)
+    r = _filter(reason, TerminationReason)
+    if r is not None and not r.is_dead_letter:
+        raise InvalidRequest(f"{r} is not a dead-letter reason")
+    reasons = [r] if r else [TerminationReason.RETRIES_EXHAUSTED, TerminationReason.NOT_RETRYABLE]
+    runs = []
+    next_url = None
+    for one in reasons:
+        page, next_cursor = web.page(RunStatus.FAILED, one, queue or None, PAGE_SIZE, cursor)
+        runs.extend(page)
+        if next_cursor and len(reasons) == 1:
+            next_url = "/dead-letters?" + urlencode(
+                {k: v for k, v in {"reason": reason, "queue": queue}.items() if v}
+                | {"cursor": next_cursor}
+            )
+    runs.sort(key=lambda x: x.finished_at or x.updated_at, reverse=True)
+    return render(
+        request,
+        "dead_letters.html",
+        runs=runs,
+        counts=web.counts(),
+        reason=reason or "",
+        queue=queue or "",
+        next_url=next_url,
+        max_bulk=MAX_BULK_REDRIVE,
+    )
+
+
+@router.get("/runs/{run_id}/redrive")
+def redrive_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
+    caller = _reader(request)
+    if isinstance(caller, Response):
+        return caller
+    reveal = _reveal(request, caller, reveal)
+    web = web_of(request)
+    return render(
+        request,
+        "redrive.html",
+        run=web.run(run_id),
+        plan=web.plan(run_id, reveal=reveal),
+        reveal=reveal,
+    )
+
+
+@router.post("/runs/{run_id}/redrive")
+def redrive_form(
+    request: Request,
+    run_id: RunId,
+    csrf: Annotated[str | None, Form()] = None,
+    force: Annotated[bool, Form()] = False,
+) -> Response:
+    caller = _operator(request, csrf)
+    plan = web_of(request).redrive(run_id, force, caller)
+    done = "forced" if plan.needs_force else "redriven"
+    return RedirectResponse(f"/runs/{quote(run_id)}?done={done}", status_code=303)
+
+
+@router.post("/dead-letters/redrive")
+def bulk_redrive_form(
+    request: Request,
+    csrf: Annotated[str | None, Form()] = None,
+    reason: Annotated[str, Form()] = "",
+    queue: Annotated[str, Form(max_length=200)] = "",
+    limit: Annotated[int, Form(ge=1, le=MAX_BULK_REDRIVE)] = 100,
+    dry_run: Annotated[bool, Form()] = False,
+) -> Response:
+    caller = _operator(request, csrf)
+    r = _filter(reason, TerminationReason)
+    if r is not None and not r.is_dead_letter:
+        raise InvalidRequest(f"{r} is not a dead-letter reason")
+    result = web_of(request).redrive_many(r, queue or None, limit, caller, dry_run=dry_run)
+    return render(request, "bulk_result.html", result=result, reason=reason, queue=queue)
+
+
+# -- maintenance and leases --------------------------------------------------------------------
+
+
+@router.get("/leases")
+def leases_page(request: Request) -> Response:
+    caller = _reader(request)
+    if isinstance(caller, Response):
+        return caller
+    web = web_of(request)
+    return render(request, "leases.html", holders=web.leases(), now=web.store.now())
+
+
+@router.post("/reap")
+def reap_form(request: Request, csrf: Annotated[str | None, Form()] = None) -> Response:
+    caller = _operator(request, csrf)
+    report = web_of(request).runtime.reap()
+    audit.info(
+        "reap by %s (%s): requeued %d, dead-lettered %d, skipped %d",
+        caller.actor,
+        caller.via,
+        report.requeued,
+        report.dead_lettered,
+        report.skipped,
+    )
+    return render(request, "reaped.html", report=report)
+
+
+# -- human in the loop -------------------------------------------------------------------------
+
+
+def _fields(schema: Any) -> list[dict[str, Any]]:
+    """Form fields for the properties of an input's JSON schema."""
+    if not isinstance(schema, dict):
+        return []
+    props = schema.get("properties") or {}
+    required = set(schema.get("required") or [])
+    fields = []
+    for name, spec in props.items():
+        spec = spec if isinstance(spec, dict) else {}
+        kind = spec.get("type", "string")
+        fields.append(
+            {
+                "name": str(name),
+                "type": kind if kind in ("string", "integer", "number", "boolean") else "json",
+                "enum": spec.get("enum"),
+                "required": name in required,
+                "description": spec.get("description", ""),
+            }
+        )
+    return fields
+
+
+def _parse_values(schema: Any, form: dict[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for field in _fields(schema):
+        name, kind = field["name"], field["type"]
+        raw = form.get(f"value.{name}")
+        if kind == "boolean":
+            values[name] = raw is not None
+            continue
+        if raw is None or (raw == "" and not field["required"]):
+            continue
+        try:
+            if kind == "integer":
+                values[name] = int(raw)
+            elif kind == "number":
+                values[name] = float(raw)
+            elif kind == "json":
+                values[name] = json.loads(raw)
+            else:
+                values[name] = raw
+        except ValueError:
+            raise InvalidRequest(f"{name}: expected {kind}, got {raw!r}") from None
+    return values
+
+
+@router.get("/pending")
+def pending_page(request: Request, reveal: bool = False) -> Response:
+    caller = _reader(request)
+    if isinstance(caller, Response):
+        return caller
+    web = web_of(request)
+    if not web.hitl:
+        raise InvalidRequest("this runtime has no human-in-the-loop support")
+    reveal = _reveal(request, caller, reveal)
+    rt: Any = web.runtime
+    items = [
+        (
+            run,
+            [_views.pending_call_json(c, reveal=reveal) for c in rt.pending_calls(run.id)],
+        )
+        for run in rt.pending(limit=100)
+    ]
+    return render(request, "pending.html", items=items, reveal=reveal, fields=_fields)
+
+
+@router.post("/runs/{run_id}/decision")
+def decision_form(
+    request: Request,
+    run_id: RunId,
+    csrf: Annotated[str | None, Form()] = None,
+    decision: Annotated[str, Form()] = "",
+    note: Annotated[str, Form(max_length=10_000)] = "",
+) -> Response:
+    caller = _operator(request, csrf)
+    web = web_of(request)
+    if not web.hitl or decision not in ("approve", "deny"):
+        raise InvalidRequest("decide with approve or deny")
+    web.run(run_id)
+    rt: Any = web.runtime
+    approved = decision == "approve"
+    rt.approve(run_id, approved, decided_by=caller.actor, note=note or None)
+    audit.warning("%s %s by %s (%s)", decision, run_id, caller.actor, caller.via)
+    done = "approved" if approved else "denied"
+    return RedirectResponse(f"/runs/{quote(run_id)}?done={done}", status_code=303)
+
+
+@router.post("/runs/{run_id}/input")
+async def input_form(request: Request, run_id: RunId) -> Response:
+    form = await request.form()
+    values_form = {k: v for k, v in form.items() if isinstance(v, str)}
+    caller = _operator(request, values_form.get(CSRF_FIELD))
+    web = web_of(request)
+    if not web.hitl:
+        raise InvalidRequest("this runtime has no human-in-the-loop support")
+    web.run(run_id)
+    rt: Any = web.runtime
+    calls = [c for c in rt.pending_calls(run_id) if c.get("kind") == "input"]
+    schema = calls[0].get("input_schema") if calls else None
+    values = _parse_values(schema, values_form)
+    rt.submit_input(run_id, values, submitted_by=caller.actor)
+    audit.warning("input for %s by %s (%s)", run_id, caller.actor, caller.via)
+    return RedirectResponse(f"/runs/{quote(run_id)}?done=submitted", status_code=303)

@@ -1,0 +1,163 @@
+"""Who may read and who may write.
+
+The API takes `Authorization: Bearer $TENURE_API_TOKEN` (compared in constant time). A
+browser logs in once with the same token and gets a session cookie instead; the cookie is
+only ever accepted for reads and for the dashboard's own forms, and every such form carries
+a CSRF token bound to the browser's nonce cookie, so another site can neither read nor post
+on the operator's behalf (the cookies are also SameSite=Strict and HttpOnly).
+
+Nothing is stored on the server: the session and CSRF values are HMACs of the browser's
+nonce under a key derived from the API token, so they survive a restart and die with a
+rotated token.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from fastapi import HTTPException, Request
+
+NONCE_COOKIE = "tenure_nonce"
+SESSION_COOKIE = "tenure_session"
+CSRF_FIELD = "csrf"
+# An operator's name, for the audit log and decisions, is kept this short.
+MAX_ACTOR = 80
+
+
+class NotAuthenticated(HTTPException):
+    def __init__(self, detail: str = "a bearer token is required") -> None:
+        super().__init__(401, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+class Forbidden(HTTPException):
+    def __init__(self, detail: str) -> None:
+        super().__init__(403, detail)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who made a request: a token holder (API or logged-in browser) or an anonymous reader."""
+
+    authenticated: bool
+    actor: str
+    via: str  # "token", "session" or "public"
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+class Security:
+    def __init__(self, token: str | None, *, public_read: bool) -> None:
+        self.token = token or None
+        self.public_read = public_read
+        seed = self.token.encode() if self.token else secrets.token_bytes(32)
+        self._key = hashlib.sha256(b"tenure-web-session\x00" + seed).digest()
+
+    @property
+    def writes_enabled(self) -> bool:
+        return self.token is not None
+
+    # -- tokens --------------------------------------------------------------------------
+
+    def bearer_ok(self, request: Request) -> bool:
+        header = request.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        if self.token is None or scheme.lower() != "bearer" or not value:
+            return False
+        return hmac.compare_digest(value.strip().encode(), self.token.encode())
+
+    def token_ok(self, candidate: str) -> bool:
+        if self.token is None:
+            return False
+        return hmac.compare_digest(candidate.strip().encode(), self.token.encode())
+
+    def _mac(self, purpose: str, value: str) -> str:
+        return _b64(hmac.new(self._key, f"{purpose}\x00{value}".encode(), "sha256").digest())
+
+    # -- the browser's nonce, session and CSRF token ---------------------------------------
+
+    @staticmethod
+    def new_nonce() -> str:
+        return _b64(secrets.token_bytes(18))
+
+    @staticmethod
+    def nonce_of(request: Request) -> str | None:
+        nonce = request.cookies.get(NONCE_COOKIE)
+        return nonce if nonce and 16 <= len(nonce) <= 64 and nonce.isascii() else None
+
+    def csrf_token(self, nonce: str) -> str:
+        return self._mac("csrf", nonce)
+
+    def session_value(self, nonce: str, actor: str) -> str:
+        name = _b64(actor.encode())
+        return f"{name}.{self._mac('session', nonce + '.' + name)}"
+
+    def session_actor(self, request: Request) -> str | None:
+        """The operator's name if the session cookie is valid for this browser's nonce."""
+        nonce = self.nonce_of(request)
+        value = request.cookies.get(SESSION_COOKIE, "")
+        name, _, mac = value.partition(".")
+        if self.token is None or nonce is None or not mac:
+            return None
+        if not hmac.compare_digest(mac.encode(), self._mac("session", nonce + "." + name).encode()):
+            return None
+        try:
+            padded = name + "=" * (-len(name) % 4)
+            return base64.urlsafe_b64decode(padded.encode()).decode()[:MAX_ACTOR] or "operator"
+        except (ValueError, UnicodeDecodeError):
+            return None
+
+    def check_csrf(self, request: Request, submitted: str | None) -> None:
+        """A dashboard form: same-origin, and its CSRF token matches this browser's nonce."""
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
+            raise Forbidden("cross-site form submissions are refused")
+        origin = request.headers.get("origin")
+        if origin is not None and origin != "null":
+            expected = f"{request.url.scheme}://{request.headers.get('host', '')}"
+            if origin != expected:
+                raise Forbidden("cross-origin form submissions are refused")
+        nonce = self.nonce_of(request)
+        if nonce is None or not submitted:
+            raise Forbidden("the form has expired: reload the page and try again")
+        if not hmac.compare_digest(submitted.encode(), self.csrf_token(nonce).encode()):
+            raise Forbidden("the form has expired: reload the page and try again")
+
+    # -- who is asking -----------------------------------------------------------------------
+
+    def caller(self, request: Request) -> Caller:
+        if self.bearer_ok(request):
+            actor = request.headers.get("x-tenure-actor", "").strip()[:MAX_ACTOR]
+            return Caller(True, actor or "api", "token")
+        name = self.session_actor(request)
+        if name is not None:
+            return Caller(True, name, "session")
+        return Caller(False, "anonymous", "public")
+
+    def reader(self, request: Request) -> Caller:
+        """The caller of an API read: anyone with --public-read, else a token holder."""
+        caller = self.caller(request)
+        if not caller.authenticated and not self.public_read:
+            raise NotAuthenticated()
+        return caller
+
+    def writer(self, request: Request) -> Caller:
+        """The caller of an API write: a bearer token only (a cookie never authorizes a
+        write through the API, so no other site can make a browser do one)."""
+        if self.token is None:
+            raise Forbidden("writes are disabled: the server was started without TENURE_API_TOKEN")
+        if not self.bearer_ok(request):
+            raise NotAuthenticated()
+        return self.caller(request)
+
+    def revealer(self, request: Request) -> Caller:
+        """`?reveal=true`: content is shown to token holders only, even with --public-read."""
+        caller = self.caller(request)
+        if not caller.authenticated:
+            raise NotAuthenticated("reveal=true needs a token")
+        return caller

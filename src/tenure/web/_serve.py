@@ -1,0 +1,58 @@
+"""`tenure serve`: the API, the dashboard and /metrics of the app on one port."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from tenure.cli._app import CliError, Context, UsageError
+from tenure.cli._output import err
+
+TOKEN_VARIABLE = "TENURE_API_TOKEN"
+
+
+def serve(ctx: Context, args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from tenure.web import WritesNeedToken, create_app
+    except ImportError as exc:
+        raise CliError(
+            f"tenure serve needs the web extra ({exc.name} is missing): "
+            "pip install 'tenure[web]'"
+        ) from None
+    tracing = None
+    if args.otel:
+        try:
+            from tenure.web._otel import Tracing
+        except ImportError:
+            raise CliError("--otel needs the otel extra: pip install 'tenure[otel]'") from None
+        tracing = Tracing()
+    token = os.environ.get(TOKEN_VARIABLE, "").strip() or None
+    try:
+        app = create_app(ctx.app, token=token, public_read=args.public_read, tracing=tracing)
+    except WritesNeedToken as exc:
+        raise UsageError(str(exc)) from None
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("tenure").setLevel(logging.INFO)
+    mode = "reads and writes need the bearer token" if token else "read-only (no token)"
+    if token and args.public_read:
+        mode = "anyone may read; writes need the bearer token"
+    err.print(
+        f"tenure serve on http://{args.host}:{args.port} for {ctx.app.database_url}: {mode}"
+    )
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        proxy_headers=False,
+    )
+    return 0

@@ -1,0 +1,189 @@
+"""What every route of the web app shares, and the operator actions both the API and the
+dashboard perform (so that a redrive means the same thing, and is audited the same way,
+whichever way it comes)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import HTTPException, Request
+
+from tenure import Run, RunStatus, Runtime, TerminationReason
+from tenure._types import DEAD_LETTER_REASONS, ToolEffect
+from tenure.web import _views
+from tenure.web._metrics import Metrics
+from tenure.web._security import Caller, Security
+
+audit = logging.getLogger("tenure.web.audit")
+
+# A bulk redrive handles at most this many runs per request.
+MAX_BULK_REDRIVE = 500
+LEASES_SHOWN = 1000
+
+
+class NotFound(HTTPException):
+    def __init__(self, run_id: str) -> None:
+        super().__init__(404, f"no run with id {run_id!r}")
+
+
+class Conflict(HTTPException):
+    def __init__(self, detail: str) -> None:
+        super().__init__(409, detail)
+
+
+@dataclass
+class Web:
+    runtime: Runtime
+    security: Security
+    metrics: Metrics
+    hitl: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def store(self) -> Any:
+        return self.runtime.store
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def run(self, run_id: str) -> Run:
+        run = self.runtime.status(run_id)
+        if run is None:
+            raise NotFound(run_id)
+        return run
+
+    def page(
+        self,
+        status: RunStatus | None,
+        reason: TerminationReason | None,
+        queue: str | None,
+        limit: int,
+        cursor: str | None,
+    ) -> tuple[list[Run], str | None]:
+        """One page of runs, newest first, and the cursor of the next page (None at the end).
+
+        One more run than asked for is read, so the last page says it is the last.
+        """
+        if cursor:
+            found = self.store.runs_after(cursor, status, reason, queue, limit + 1)
+            if not found and self.runtime.status(cursor) is None:
+                raise HTTPException(400, "the cursor's run no longer exists: start again")
+        else:
+            found = self.runtime.runs(status, reason, queue, limit + 1)
+        runs = found[:limit]
+        more = len(found) > limit
+        return runs, (runs[-1].id if more and runs else None)
+
+    def counts(self) -> _views.Counts:
+        return _views.counts(self.store.run_counts())
+
+    def leases(self) -> list[_views.Holder]:
+        return _views.leases(self.runtime.runs(RunStatus.RUNNING, limit=LEASES_SHOWN))
+
+    def plan(self, run_id: str, *, reveal: bool) -> _views.RedrivePlan:
+        run = self.store.get_run(run_id, with_request=True)
+        if run is None:
+            raise NotFound(run_id)
+        tools = self.runtime.engine.tools
+        effect_of: Callable[[str], ToolEffect] = tools.effect_of
+        return _views.redrive_plan(
+            run,
+            self.runtime.events(run_id),
+            has_request=run.request is not None,
+            effect_of=effect_of,
+            reveal=reveal,
+        )
+
+    # -- operator actions (audited) ----------------------------------------------------------
+
+    def cancel(self, run_id: str, caller: Caller) -> None:
+        if not self.runtime.cancel(run_id):
+            run = self.run(run_id)
+            raise Conflict(f"run {run_id} has already ended ({run.status}): nothing to cancel")
+        audit.info("cancel %s by %s (%s)", run_id, caller.actor, caller.via)
+
+    def redrive(self, run_id: str, force: bool, caller: Caller) -> _views.RedrivePlan:
+        plan = self.plan(run_id, reveal=False)
+        if not plan.redrivable:
+            raise Conflict(plan.why)
+        if plan.needs_force and not force:
+            raise Conflict(plan.why)
+        if not self.runtime.redrive(run_id, force=force):
+            raise Conflict(f"run {run_id} changed meanwhile: reload it")
+        audit.warning(
+            "redrive %s by %s (%s)%s; %d non-idempotent write(s) done before",
+            run_id,
+            caller.actor,
+            caller.via,
+            " FORCED past a standing fence" if plan.needs_force else "",
+            len(plan.writes_done),
+        )
+        return plan
+
+    def redrive_many(
+        self,
+        reason: TerminationReason | None,
+        queue: str | None,
+        limit: int,
+        caller: Caller,
+        *,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Redrive up to `limit` dead-letters; runs whose non-idempotent fence stands are
+        skipped (each needs a person's look and a forced redrive of its own)."""
+        reasons = [reason] if reason else sorted(DEAD_LETTER_REASONS)
+        redriven: list[str] = []
+        fenced: list[str] = []
+        refused: list[str] = []
+        more = False
+        for r in reasons:
+            cursor: str | None = None
+            while True:
+                handled = len(redriven) + len(fenced) + len(refused)
+                if handled >= limit:
+                    break
+                page, cursor = self.page(RunStatus.FAILED, r, queue, limit - handled, cursor)
+                for run in page:
+                    if run.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+                        fenced.append(run.id)
+                    elif dry_run or self.runtime.redrive(run.id):
+                        redriven.append(run.id)
+                    else:
+                        refused.append(run.id)
+                if cursor is None:
+                    break
+            if len(redriven) + len(fenced) + len(refused) >= limit:
+                more = cursor is not None or r != reasons[-1]
+                break
+        result = {
+            "dry_run": dry_run,
+            "limit": limit,
+            "redriven": redriven,
+            "skipped_fenced": fenced,
+            "refused": refused,
+            "more": more,
+        }
+        if not dry_run:
+            audit.warning(
+                "bulk redrive by %s (%s), reason=%s queue=%s limit=%d: redriven %d %s; "
+                "skipped %d fenced %s; refused %d %s",
+                caller.actor,
+                caller.via,
+                reason or "any",
+                queue or "any",
+                limit,
+                len(redriven),
+                redriven,
+                len(fenced),
+                fenced,
+                len(refused),
+                refused,
+            )
+        return result
+
+
+def web_of(request: Request) -> Web:
+    web: Web = request.app.state.web
+    return web

@@ -1,0 +1,421 @@
+"""What the API and the dashboard show, computed from runs and events (no I/O here).
+
+Content written by people or models (prompts, answers, tool arguments and results, submitted
+values, notes) is replaced by HIDDEN unless the caller asked to reveal it; the structure of a
+run (kinds, tools, effects, leases, tokens, errors, timings) is always shown. Which payload
+keys are structure is an allowlist per event kind, so a key added later starts out hidden.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tenure._types import (
+    DEAD_LETTER_REASONS,
+    Event,
+    EventKind,
+    Run,
+    RunStatus,
+    TerminationReason,
+    ToolEffect,
+)
+
+HIDDEN = "<hidden>"
+
+_LIFECYCLE = {
+    EventKind.CLAIMED,
+    EventKind.REQUEUED,
+    EventKind.DEAD_LETTERED,
+    EventKind.CANCELLED,
+    EventKind.REDRIVEN,
+}
+# Structural payload keys shown without reveal, per event kind.
+_SHOWN: dict[str, frozenset[str]] = {
+    EventKind.REQUEST: frozenset(
+        {"model", "tools", "max_iterations", "queue", "idempotency_key", "max_tokens", "max_cost"}
+    ),
+    EventKind.LLM: frozenset({"model", "usage"}),
+    EventKind.TOOL: frozenset(
+        {"name", "call_id", "effect", "error", "idempotency_key", "duration_ms"}
+    ),
+    EventKind.ASSEMBLED: frozenset(),
+}
+_SHOWN_ELSEWHERE = frozenset(
+    {"call_id", "call_ids", "tool", "tools", "kind", "effect", "approved", "decided_by",
+     "submitted_by", "by", "execute", "reason", "cause", "deadline"}
+)  # fmt: skip
+
+
+def _hide_message(message: Any) -> Any:
+    """A model turn with its text and call arguments hidden, its tool names kept."""
+    if not isinstance(message, dict):
+        return HIDDEN
+    out: dict[str, Any] = {"role": message.get("role"), "content": HIDDEN}
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        out["tool_calls"] = [
+            {
+                "id": c.get("id"),
+                "type": c.get("type"),
+                "function": {"name": (c.get("function") or {}).get("name"), "arguments": HIDDEN},
+            }
+            if isinstance(c, dict)
+            else HIDDEN
+            for c in calls
+        ]
+    return out
+
+
+def hide_payload(kind: EventKind | str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    if kind in _LIFECYCLE:
+        return dict(payload)
+    shown = _SHOWN.get(kind, _SHOWN_ELSEWHERE)
+    out: dict[str, Any] = {}
+    for key, value in payload.items():
+        if key in shown:
+            out[key] = value
+        elif kind == EventKind.LLM and key == "message":
+            out[key] = _hide_message(value)
+        else:
+            out[key] = HIDDEN
+    return out
+
+
+def event_json(event: Event, *, reveal: bool) -> dict[str, Any]:
+    data = event.to_json()
+    if not reveal:
+        data["payload"] = hide_payload(event.kind, event.payload)
+    return data
+
+
+def _hide_waiting(waiting: Any) -> Any:
+    if not isinstance(waiting, dict):
+        return waiting
+    out = dict(waiting)
+    for key in ("calls", "pending"):
+        calls = out.get(key)
+        if isinstance(calls, list):
+            out[key] = [
+                {**c, "args": HIDDEN} if isinstance(c, dict) and "args" in c else c for c in calls
+            ]
+    for key in ("message", "turn"):
+        if key in out:
+            out[key] = _hide_message(out[key])
+    return out
+
+
+def run_json(run: Run, *, reveal: bool) -> dict[str, Any]:
+    data = run.to_json()
+    data.pop("request", None)
+    if not reveal:
+        if data.get("output") is not None:
+            data["output"] = HIDDEN
+        if data.get("waiting") is not None:
+            data["waiting"] = _hide_waiting(data["waiting"])
+    return data
+
+
+def pending_call_json(call: Mapping[str, Any], *, reveal: bool) -> dict[str, Any]:
+    out = dict(call)
+    if not reveal and out.get("args") != HIDDEN:
+        out["args"] = HIDDEN
+    return out
+
+
+# -- counts ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Counts:
+    by_status: dict[str, int]
+    by_reason: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_status.values())
+
+    @property
+    def dead_letters(self) -> int:
+        return sum(self.by_reason.get(str(r), 0) for r in DEAD_LETTER_REASONS)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "dead_letters": self.dead_letters,
+            "by_status": self.by_status,
+            "by_reason": self.by_reason,
+        }
+
+
+def counts(raw: Mapping[tuple[RunStatus, TerminationReason | None], int]) -> Counts:
+    by_status = {str(s): 0 for s in RunStatus}
+    by_reason = {str(r): 0 for r in TerminationReason}
+    for (status, reason), n in raw.items():
+        by_status[str(status)] += n
+        if reason is not None:
+            by_reason[str(reason)] += n
+    return Counts(by_status, by_reason)
+
+
+# -- the timeline ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One row of a run's timeline."""
+
+    sequence: int
+    attempt: int
+    lease_token: int
+    kind: str
+    at: datetime
+    title: str
+    effect: str = ""
+    error: str = ""
+    detail: str = ""
+    duration_ms: float | None = None
+    segment_start: bool = False
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _title(event: Event, payload: dict[str, Any]) -> str:
+    kind = event.kind
+    if kind == EventKind.CLAIMED:
+        return f"claimed by {payload.get('worker', '?')} (lease token {event.lease_token})"
+    if kind == EventKind.REQUEUED:
+        cause = payload.get("cause", "?")
+        delay = payload.get("delay")
+        wait = f", retry in {delay:g}s" if isinstance(delay, int | float) else ""
+        return f"requeued ({cause}{wait})"
+    if kind == EventKind.DEAD_LETTERED:
+        return f"dead-lettered: {payload.get('reason', '?')}"
+    if kind == EventKind.REDRIVEN:
+        return "redriven" + (" (forced)" if payload.get("force") else "")
+    if kind == EventKind.TOOL:
+        return f"tool {payload.get('name', '?')}"
+    if kind == EventKind.LLM:
+        message = payload.get("message") or {}
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if calls:
+            names = ", ".join(str((c.get("function") or {}).get("name")) for c in calls)
+            return f"model asked for {names}"
+        return "model answered"
+    if kind == EventKind.REQUEST:
+        return f"request: model {payload.get('model', '?')}"
+    if kind == EventKind.ASSEMBLED:
+        return "final answer"
+    return str(kind)
+
+
+def timeline(events: Iterable[Event], *, reveal: bool) -> list[Step]:
+    steps: list[Step] = []
+    previous: datetime | None = None
+    for event in events:
+        payload = event.payload if reveal else hide_payload(event.kind, event.payload)
+        duration: float | None = None
+        if event.kind == EventKind.TOOL and isinstance(payload.get("duration_ms"), int | float):
+            duration = float(payload["duration_ms"])
+        elif event.kind == EventKind.LLM and previous is not None:
+            duration = (event.created_at - previous).total_seconds() * 1000
+        error = payload.get("error") or ""
+        steps.append(
+            Step(
+                sequence=event.sequence,
+                attempt=event.attempt,
+                lease_token=event.lease_token,
+                kind=str(event.kind),
+                at=event.created_at,
+                title=_title(event, payload),
+                effect=str(payload.get("effect") or "") if event.kind == EventKind.TOOL else "",
+                error=_short(error) if error else "",
+                detail=json.dumps(payload, indent=1, default=str, ensure_ascii=False),
+                duration_ms=duration,
+                segment_start=event.kind == EventKind.CLAIMED,
+            )
+        )
+        previous = event.created_at
+    return steps
+
+
+# -- the effect-aware dry run of a redrive ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Write:
+    sequence: int
+    attempt: int
+    lease_token: int
+    tool: str
+    idempotency_key: str
+    at: datetime
+    error: str
+    args: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sequence": self.sequence,
+            "attempt": self.attempt,
+            "lease_token": self.lease_token,
+            "tool": self.tool,
+            "idempotency_key": self.idempotency_key,
+            "created_at": self.at.isoformat(),
+            "error": self.error,
+            "args": self.args,
+        }
+
+
+@dataclass(frozen=True)
+class NextCall:
+    call_id: str
+    tool: str
+    effect: str
+    args: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "effect": self.effect,
+            "args": self.args,
+        }
+
+
+@dataclass(frozen=True)
+class RedrivePlan:
+    """What a redrive of this run would do, read from its journal."""
+
+    run_id: str
+    redrivable: bool
+    needs_force: bool
+    why: str
+    writes_done: list[Write] = field(default_factory=list)
+    next_calls: list[NextCall] = field(default_factory=list)
+    interrupted: NextCall | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "redrivable": self.redrivable,
+            "needs_force": self.needs_force,
+            "why": self.why,
+            "non_idempotent_writes_done": [w.to_json() for w in self.writes_done],
+            "next_calls": [c.to_json() for c in self.next_calls],
+            "interrupted_write": self.interrupted.to_json() if self.interrupted else None,
+        }
+
+
+def _pending_calls(events: Iterable[Event]) -> list[tuple[str, str, Any]]:
+    """(call id, tool, args) of the last model turn's calls that have no tool event: what a
+    resumed run executes first (SPEC §8)."""
+    pending: list[tuple[str, str, Any]] = []
+    for event in events:
+        if event.kind == EventKind.LLM:
+            message = event.payload.get("message") or {}
+            pending = []
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                try:
+                    args = json.loads(function.get("arguments") or "{}")
+                except ValueError:
+                    args = function.get("arguments")
+                pending.append((str(call.get("id")), str(function.get("name")), args))
+        elif event.kind == EventKind.TOOL:
+            pending = [p for p in pending if p[0] != event.payload.get("call_id")]
+    return pending
+
+
+def redrive_plan(
+    run: Run,
+    events: list[Event],
+    *,
+    has_request: bool,
+    effect_of: Callable[[str], ToolEffect],
+    reveal: bool,
+) -> RedrivePlan:
+    writes = [
+        Write(
+            sequence=e.sequence,
+            attempt=e.attempt,
+            lease_token=e.lease_token,
+            tool=str(e.payload.get("name")),
+            idempotency_key=str(e.payload.get("idempotency_key", "")),
+            at=e.created_at,
+            error=str(e.payload.get("error") or ""),
+            args=e.payload.get("args") if reveal else HIDDEN,
+        )
+        for e in events
+        if e.kind == EventKind.TOOL and e.payload.get("effect") == ToolEffect.NON_IDEMPOTENT_WRITE
+    ]
+    next_calls = [
+        NextCall(call_id, name, str(effect_of(name)), args if reveal else HIDDEN)
+        for call_id, name, args in _pending_calls(events)
+    ]
+    fenced = run.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE
+    interrupted = next((c for c in next_calls if c.effect == ToolEffect.NON_IDEMPOTENT_WRITE), None)
+    if not run.is_dead_letter:
+        reason = f" ({run.termination_reason})" if run.termination_reason else ""
+        why = f"the run is {run.status}{reason}, not dead-lettered: nothing to redrive"
+        return RedrivePlan(run.id, False, False, why, writes, next_calls)
+    if not has_request:
+        why = "the run has no stored request to run again"
+        return RedrivePlan(run.id, False, False, why, writes, next_calls)
+    done = (
+        f"{len(writes)} non-idempotent write(s) already happened; they are in the journal and "
+        "a redrive resumes after them, so none of them runs again"
+        if writes
+        else "no non-idempotent write has happened in this run"
+    )
+    if fenced:
+        which = f" ({interrupted.tool})" if interrupted else ""
+        why = (
+            f"{done}. The fence stands: a non-idempotent write{which} was interrupted and may "
+            "have happened; a redrive would run it again, so it needs force after you check"
+        )
+        return RedrivePlan(run.id, True, True, why, writes, next_calls, interrupted)
+    return RedrivePlan(run.id, True, False, done + ".", writes, next_calls)
+
+
+# -- live leases -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A segment identity and the runs it holds under a lease right now."""
+
+    owner: str
+    runs: list[Run]
+
+    @property
+    def kind(self) -> str:
+        return self.owner.partition(":")[0]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "owner": self.owner,
+            "runs": [
+                {
+                    "id": r.id,
+                    "queue": r.queue,
+                    "lease_token": r.lease_token,
+                    "lease_expires": r.lease_expires.isoformat() if r.lease_expires else None,
+                    "pending_effect": str(r.pending_effect or ""),
+                    "attempt": r.attempt,
+                }
+                for r in self.runs
+            ],
+        }
+
+
+def leases(running: Iterable[Run]) -> list[Holder]:
+    by_owner: dict[str, list[Run]] = {}
+    for run in running:
+        by_owner.setdefault(run.claimed_by, []).append(run)
+    return [Holder(owner, runs) for owner, runs in sorted(by_owner.items())]

@@ -1,0 +1,163 @@
+"""Fixtures of the web tests: a Runtime with tools of every effect, runs in every state it
+can be put in by real segments, and the app over it (ASGI test client, real database)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from fastapi import FastAPI  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+
+import tenure  # noqa: E402
+from tenure import Outcome, RunRequest, ToolContext, ToolEffect  # noqa: E402
+from tenure.web import create_app  # noqa: E402
+
+TOKEN = "test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SECRET = "the customer's secret prompt"
+
+
+def make_runtime(url: str) -> tenure.Runtime:
+    rt = tenure.Runtime(url, backoff_base=0.01, backoff_cap=0.02, max_requeues=1)
+    rt.add_model("default", tenure.providers.Scripted())
+
+    @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout=5)
+    def charge(ctx: ToolContext, amount: int) -> dict[str, int]:
+        """Charge a customer."""
+        if amount < 0:
+            raise tenure.RetryableError("the gateway lost the answer")
+        return {"charged": amount}
+
+    @rt.tool(effect=ToolEffect.IDEMPOTENT_WRITE)
+    def save(key: str) -> str:
+        """Save a record."""
+        return key
+
+    @rt.tool
+    def lookup(customer: str) -> dict[str, str]:
+        """Look a customer up."""
+        return {"customer": customer, "plan": "gold"}
+
+    return rt
+
+
+@dataclass
+class Seeded:
+    completed: str
+    dead: str  # retries_exhausted after one completed charge
+    fenced: str  # not_retryable while a charge was in flight: its fence stands
+    queued: str
+
+
+def seed(rt: tenure.Runtime) -> Seeded:
+    """Runs in the states a dashboard shows, made by real segments."""
+    completed = rt.enqueue(
+        RunRequest(
+            prompt=SECRET,
+            tools=["lookup"],
+            script=[
+                {"call": [{"tool": "lookup", "args": {"customer": "c-1"}}]},
+                {"say": "gold plan"},
+            ],
+        )
+    )
+    dead = rt.enqueue(
+        RunRequest(
+            prompt="charge then fail",
+            tools=["charge"],
+            script=[
+                {"call": [{"tool": "charge", "args": {"amount": 42}}]},
+                {"fail": "server_error"},
+            ],
+        )
+    )
+    fenced = rt.enqueue(
+        RunRequest(
+            prompt="charge in flight",
+            tools=["charge"],
+            script=[{"call": [{"tool": "charge", "args": {"amount": -1}}]}, {"say": "paid"}],
+        )
+    )
+    for run_id in (completed, dead, fenced):
+        for _ in range(3):
+            result = rt.run_queued(run_id)
+            if result is None or result.outcome is not Outcome.REQUEUED:
+                break
+            _wait_claimable(rt, run_id)
+    queued = rt.enqueue(RunRequest(prompt="later", script=[{"say": "hi"}]), delay=3600)
+    return Seeded(completed, dead, fenced, queued)
+
+
+def _wait_claimable(rt: tenure.Runtime, run_id: str) -> None:
+    import time
+
+    run = rt.status(run_id)
+    assert run is not None
+    while run.available_at > rt.store.now():
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'web.db'}"
+
+
+@pytest.fixture
+def rt(sqlite_url: str) -> Iterator[tenure.Runtime]:
+    runtime = make_runtime(sqlite_url)
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture
+def seeded(rt: tenure.Runtime) -> Seeded:
+    return seed(rt)
+
+
+@pytest.fixture
+def make_client(
+    rt: tenure.Runtime,
+) -> Iterator[Callable[..., TestClient]]:
+    clients: list[TestClient] = []
+
+    def make(**kwargs: Any) -> TestClient:
+        kwargs.setdefault("token", TOKEN)
+        app: FastAPI = create_app(rt, **kwargs)
+        client = TestClient(app, raise_server_exceptions=False)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client()
+
+
+def login(client: TestClient, name: str = "ada") -> str:
+    """Log a browser-like client in; returns the CSRF token of its pages."""
+    page = client.get("/login")
+    csrf = csrf_of(page.text)
+    response = client.post(
+        "/login", data={"token": TOKEN, "name": name, "csrf": csrf}, follow_redirects=False
+    )
+    assert response.status_code == 303, response.text
+    return csrf_of(client.get("/").text)
+
+
+def csrf_of(html: str) -> str:
+    import re
+
+    match = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert match, "no CSRF token in the page"
+    return match.group(1)
