@@ -120,12 +120,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--burst", action="store_true")
     parser.add_argument("--grace", type=float, default=10.0)
     parser.add_argument("--max-requeues", type=int, default=3)
+    parser.add_argument("--queue", action="append", help="only this queue (repeatable)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(message)s")
     rt = make_app(args.db_url, args.ledger, args.lease, args.max_requeues)
     print("ready", flush=True)
     rt.work(
         concurrency=args.concurrency,
+        queues=args.queue,
         burst=args.burst,
         poll_interval=0.05,
         grace_seconds=args.grace,

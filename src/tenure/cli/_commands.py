@@ -307,6 +307,12 @@ def demo(ctx: Context, args: argparse.Namespace) -> int:
     )
 
 
+def serve(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure.web._serve import serve as run_server
+
+    return run_server(ctx, args)
+
+
 HANDLERS = {
     "init": init,
     "enqueue": enqueue,
@@ -321,4 +327,5 @@ HANDLERS = {
     "purge": purge,
     "demo": demo,
     "audit": audit,
+    "serve": serve,
 }

@@ -1,0 +1,92 @@
+"""Worker processes for the crash tests: started with a log file each, killed, stopped,
+thawed and drained by the test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class WorkerProcess:
+    proc: subprocess.Popen[str]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def freeze(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+    def lease_lost(self) -> int:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return sum("lease_lost" in line for line in text.splitlines())
+
+    def stop(self) -> None:
+        """Drain it (SIGTERM), or kill it if it does not stop; thaws a frozen one first."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def spawn(
+    db_url: str,
+    ledger: Path,
+    *extra: str,
+    lease: float = 1.0,
+    prefix: Sequence[str] = (),
+    module: Sequence[str] = ("tests.apps",),
+    env: dict[str, str] | None = None,
+) -> WorkerProcess:
+    """`python -m tests.apps DB LEDGER --lease S EXTRA…`, optionally behind `prefix` (e.g.
+    `faketime`) or through another module that ends in tests.apps."""
+    log = ledger.with_name(f"worker-{time.monotonic_ns()}.log")
+    command = [
+        *prefix,
+        sys.executable,
+        "-m",
+        *module,
+        db_url,
+        str(ledger),
+        "--lease",
+        str(lease),
+        *extra,
+    ]
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        )
+    return WorkerProcess(proc, log)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"not reached in {timeout}s: {what}"
+        time.sleep(0.02)
