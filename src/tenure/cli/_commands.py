@@ -24,6 +24,7 @@ from tenure import (
     ToolEffect,
 )
 from tenure.cli._app import CliError, Context, NotFound, UsageError
+from tenure.cli._human import HANDLERS as human_handlers
 from tenure.cli._output import (
     err,
     event_line,
@@ -328,4 +329,5 @@ HANDLERS = {
     "demo": demo,
     "audit": audit,
     "serve": serve,
+    **human_handlers,
 }

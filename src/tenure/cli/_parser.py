@@ -11,6 +11,7 @@ from typing import NoReturn
 from rich.text import Text
 
 from tenure import RunStatus, TerminationReason, __version__
+from tenure.cli._human import add_parsers as add_human_parsers
 from tenure.cli._output import err
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -230,6 +231,8 @@ def build(handlers: dict[str, Handler]) -> Parser:
         help="reads need no token (writes still need $TENURE_API_TOKEN; without it: read-only)",
     )
     p.add_argument("--otel", action="store_true", help="OpenTelemetry spans per run and step")
+
+    add_human_parsers(command)
 
     p = command("demo", "the main job: scripted runs, two workers, one killed, an audit")
     p.add_argument("--runs", type=positive_int, default=300, metavar="N")

@@ -1,0 +1,103 @@
+"""`tenure pending`, `tenure approve`, `tenure input` through the real executable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tenure import RunStatus
+
+from .conftest import Cli, one_line_error
+
+GATED_APP = '''
+import tenure
+from tenure import ToolEffect
+
+rt = tenure.Runtime()
+
+@rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True)
+def refund(order: str) -> str:
+    """Refund an order."""
+    return f"refunded {order}"
+
+@rt.tool(input_schema={"type": "object", "properties": {"code": {"type": "string"}},
+                       "required": ["code"]})
+def verify(code: str = "") -> str:
+    """Verify a code only a person knows."""
+    return "verified" if code == "1234" else "wrong"
+'''
+
+
+def gated(cli: Cli) -> str:
+    (cli.cwd / "gated_app.py").write_text(GATED_APP)
+    return "gated_app:rt"
+
+
+def enqueue(cli: Cli, app: str, tool: str, args: dict[str, str]) -> str:
+    script = cli.script([{"call": [{"tool": tool, "args": args}]}, {"say": "ok"}])
+    result = cli(
+        "--app", app, "enqueue", "--prompt", "p", "--model", "scripted", "--tool", tool,
+        "--script", script,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    run_id = result.out.strip()
+    worked = cli("--app", app, "worker", "--burst", "--poll-interval", "0.05")
+    assert worked.code == 0, worked.err
+    return run_id
+
+
+def test_pending_then_approve_then_completed(cli: Cli, runtime: object) -> None:
+    app = gated(cli)
+    run_id = enqueue(cli, app, "refund", {"order": "A-1"})
+    listed = cli("--app", app, "pending")
+    assert listed.code == 0 and run_id in listed.out and "refund" in listed.out
+    as_json = cli("--app", app, "pending", "--json").json()
+    assert as_json[0]["status"] == "waiting_for_approval"
+    assert as_json[0]["pending_calls"][0]["args"] == {"order": "A-1"}
+
+    missing = cli("--app", app, "approve", run_id)
+    assert missing.code == 2 and "--by" in missing.err
+
+    done = cli("--app", app, "approve", run_id, "--by", "ada", "--note", "fine")
+    assert done.code == 0 and "approved" in done.out, done.err
+    again = cli("--app", app, "approve", run_id, "--by", "bob")
+    assert again.code == 1 and "not waiting_for_approval" in one_line_error(again)
+    cli("--app", app, "worker", "--burst", "--poll-interval", "0.05")
+    status = cli("--app", app, "status", run_id, "--json").json()
+    assert status["status"] == RunStatus.COMPLETED
+
+
+def test_deny(cli: Cli) -> None:
+    app = gated(cli)
+    run_id = enqueue(cli, app, "refund", {"order": "A-2"})
+    assert cli("--app", app, "approve", run_id, "--deny", "--by", "bob").code == 0
+    cli("--app", app, "worker", "--burst", "--poll-interval", "0.05")
+    events = cli("--app", app, "events", run_id, "--json").json()
+    tool = next(e for e in events if e["kind"] == "tool")
+    assert tool["payload"]["error"] == "denied by bob"
+
+
+def test_input_from_a_file(cli: Cli, tmp_path: Path) -> None:
+    app = gated(cli)
+    run_id = enqueue(cli, app, "verify", {})
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"code": 1234}))
+    refused = cli("--app", app, "input", run_id, "--by", "eve", "--values", str(bad))
+    assert refused.code == 2 and "code: expected string" in one_line_error(refused)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert cli("--app", app, "input", run_id, "--by", "eve", "--values", str(broken)).code == 2
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"code": "1234"}))
+    ok = cli("--app", app, "input", run_id, "--by", "eve", "--values", str(good))
+    assert ok.code == 0, ok.err
+    cli("--app", app, "worker", "--burst", "--poll-interval", "0.05")
+    events = cli("--app", app, "events", run_id, "--json").json()
+    assert next(e for e in events if e["kind"] == "tool")["payload"]["result"] == "verified"
+    assert "1234" not in json.dumps([e for e in events if e["kind"] == "input"])
+
+
+def test_unknown_run(cli: Cli) -> None:
+    app = gated(cli)
+    result = cli("--app", app, "approve", "no-such-run", "--by", "x")
+    assert result.code == 1 and "no-such-run" in one_line_error(result)
