@@ -38,7 +38,11 @@ def retry_after(exc: BaseException) -> float | None:
 
 
 def describe(exc: BaseException) -> str:
-    """A one-line description for the run row's `error` column."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    """A one-line description for the run row's `error` column (never raises)."""
+    try:
+        text = str(exc).strip()
+    except Exception:  # an exception whose __str__ fails must not break recovery
+        text = ""
+    text = text.splitlines()[0] if text else ""
     line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return line[:500]

@@ -198,3 +198,30 @@ def test_unknown_model_at_claim_fails_not_retryable(
     run = worker.status(run_id)
     assert run is not None and run.error_class is FailureClass.CONFIGURATION
     assert "special" in run.error
+
+
+def test_a_failure_inside_recovery_dead_letters_the_run(runtime: tenure.Runtime) -> None:
+    class Broken:
+        def complete(self, call: tenure.providers.ModelCall) -> tenure.providers.ModelReply:
+            # A provider bug: a Retry-After that is not a number breaks the backoff.
+            raise tenure.ProviderError(FailureClass.RATE_LIMIT, "429", retry_after="soon")  # type: ignore[arg-type]
+
+    runtime.add_model("broken", Broken())
+    run_id = runtime.enqueue(RunRequest(prompt="b", model="broken"))
+    result = runtime.run_queued(run_id)
+    assert result is not None and result.outcome is Outcome.FAILED
+    run = runtime.status(run_id)
+    assert run is not None and run.termination_reason is TerminationReason.NOT_RETRYABLE
+    dead = runtime.events(run_id)[-1]
+    assert dead.kind is EventKind.DEAD_LETTERED
+    assert dead.payload["why"].startswith("failure recovery failed")
+
+
+def test_an_exception_that_cannot_describe_itself_is_still_recorded() -> None:
+    from tenure._classify import describe
+
+    class Mute(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    assert describe(Mute()) == "Mute"
