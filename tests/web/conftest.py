@@ -9,15 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
-pytest.importorskip("fastapi")
-
-from fastapi import FastAPI  # noqa: E402
-from fastapi.testclient import TestClient  # noqa: E402
-
-import tenure  # noqa: E402
-from tenure import Outcome, RunRequest, ToolContext, ToolEffect  # noqa: E402
-from tenure.web import create_app  # noqa: E402
+import tenure
+from tenure import Outcome, RunRequest, ToolContext, ToolEffect
+from tenure.web import create_app
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -147,7 +147,9 @@ def test_redrive_one_refuses_a_standing_fence_without_force(
     with caplog.at_level("INFO", logger="tenure.web.audit"):
         forced = client.post(f"/api/runs/{seeded.fenced}/redrive?force=true", headers=AUTH)
     assert forced.status_code == 200 and forced.json()["forced"] is True
-    assert any("FORCED" in r.getMessage() and seeded.fenced in r.getMessage() for r in caplog.records)
+    assert any(
+        "FORCED" in r.getMessage() and seeded.fenced in r.getMessage() for r in caplog.records
+    )
     ok = client.post(f"/api/runs/{seeded.dead}/redrive", headers=AUTH)
     assert ok.json()["redriven"] is True
     assert rt.status(seeded.dead).status is RunStatus.QUEUED  # type: ignore[union-attr]
@@ -179,7 +181,9 @@ def test_bulk_redrive_is_capped_skips_fences_and_is_audited(
     assert len(rest["redriven"]) == 1 and len(rest["skipped_fenced"]) == 2
     too_many = client.post("/api/redrive", json={"limit": 100_000}, headers=AUTH)
     assert too_many.status_code == 422
-    assert client.post("/api/redrive", json={"reason": "completed"}, headers=AUTH).status_code == 422
+    assert (
+        client.post("/api/redrive", json={"reason": "completed"}, headers=AUTH).status_code == 422
+    )
 
 
 def test_one_reaper_pass(client: TestClient, rt: tenure.Runtime) -> None:
@@ -226,9 +230,7 @@ def test_server_sent_events_of_an_ended_run(client: TestClient, seeded: Seeded) 
 def test_server_sent_events_follow_a_live_run_until_it_ends(
     client: TestClient, rt: tenure.Runtime
 ) -> None:
-    run_id = rt.enqueue(
-        RunRequest(prompt="slow", script=[{"sleep": 0.4}, {"say": "done at last"}])
-    )
+    run_id = rt.enqueue(RunRequest(prompt="slow", script=[{"sleep": 0.4}, {"say": "done at last"}]))
     worker = threading.Thread(target=rt.run_queued, args=(run_id,))
     with client.stream("GET", f"/api/runs/{run_id}/events/stream?after=0", headers=AUTH) as r:
         worker.start()

@@ -84,6 +84,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        self._runs: RunsCollector | None = None
         r = self.registry
         self.claims = Counter("tenure_claims", "Runs claimed by this process", registry=r)
         self.requeues = Counter(
@@ -121,7 +122,10 @@ class Metrics:
             self.model_tokens.labels(direction)
 
     def watch_store(self, store: Store) -> None:
-        self.registry.register(RunsCollector(store))
+        """Read run counts from `store` at every scrape (the first store given is kept)."""
+        if self._runs is None:
+            self._runs = RunsCollector(store)
+            self.registry.register(self._runs)
 
 
 class ObservedStore:

@@ -20,8 +20,7 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
         from tenure.web import WritesNeedToken, create_app
     except ImportError as exc:
         raise CliError(
-            f"tenure serve needs the web extra ({exc.name} is missing): "
-            "pip install 'tenure[web]'"
+            f"tenure serve needs the web extra ({exc.name} is missing): pip install 'tenure[web]'"
         ) from None
     tracing = None
     if args.otel:
@@ -44,9 +43,7 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
     mode = "reads and writes need the bearer token" if token else "read-only (no token)"
     if token and args.public_read:
         mode = "anyone may read; writes need the bearer token"
-    err.print(
-        f"tenure serve on http://{args.host}:{args.port} for {ctx.app.database_url}: {mode}"
-    )
+    err.print(f"tenure serve on http://{args.host}:{args.port} for {ctx.app.database_url}: {mode}")
     uvicorn.run(
         app,
         host=args.host,
