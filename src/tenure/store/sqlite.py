@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -30,6 +31,7 @@ BUSY_TIMEOUT_MS = 5_000
 # After SQLite's own busy wait, a transaction is retried this many times before giving up.
 LOCKED_RETRIES = 6
 Q = _sql.queries("sqlite", now=NOW)
+log = logging.getLogger("tenure.store.sqlite")
 
 
 def parse_url(url: str) -> tuple[str, float, int]:
@@ -132,6 +134,12 @@ class SQLiteStore(SQLStore):
                     raise DatabaseUnavailable(
                         f"database {self.path!r} stayed locked after {self.locked_retries} retries"
                     ) from exc
+                log.warning(
+                    "database %r is locked; retrying the transaction (%d of %d)",
+                    self.path,
+                    attempt + 1,
+                    self.locked_retries,
+                )
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
             except sqlite3.DatabaseError as exc:
