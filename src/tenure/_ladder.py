@@ -104,7 +104,9 @@ class Segment:
             return self._recover(exc)
 
     def _loop(self, request: RunRequest) -> RunResult:
-        journal = Journal.rebuild(request, self.store.events(self.run_id))
+        # The first segment of a run has no steps to resume: skip reading its journal.
+        first = self.lease.attempt == 0
+        journal = Journal.rebuild(request, [] if first else self.store.events(self.run_id))
         provider = self.engine.models.get(request.model)
         if provider is None:
             raise ProviderError(FailureClass.CONFIGURATION, str(UnknownModel(request.model)))
