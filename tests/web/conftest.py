@@ -42,6 +42,25 @@ def make_runtime(url: str) -> tenure.Runtime:
         """Look a customer up."""
         return {"customer": customer, "plan": "gold"}
 
+    @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True)
+    def refund(amount: int) -> dict[str, int]:
+        """Refund a customer (a person approves it first)."""
+        return {"refunded": amount}
+
+    @rt.tool(
+        input_schema={
+            "type": "object",
+            "properties": {
+                "address": {"type": "string", "description": "where to ship"},
+                "express": {"type": "boolean"},
+            },
+            "required": ["address"],
+        }
+    )
+    def ship(address: str = "", express: bool = False) -> str:
+        """Ship to an address a person types in."""
+        return f"shipping to {address}" + (" (express)" if express else "")
+
     return rt
 
 
@@ -90,6 +109,37 @@ def seed(rt: tenure.Runtime) -> Seeded:
             _wait_claimable(rt, run_id)
     queued = rt.enqueue(RunRequest(prompt="later", script=[{"say": "hi"}]), delay=3600)
     return Seeded(completed, dead, fenced, queued)
+
+
+@dataclass
+class Waiting:
+    approval: str
+    input: str
+
+
+def seed_waiting(rt: tenure.Runtime) -> Waiting:
+    """One run waiting for an approval, one waiting for typed input."""
+    approval = rt.enqueue(
+        RunRequest(
+            prompt="refund please",
+            tools=["refund"],
+            script=[{"call": [{"tool": "refund", "args": {"amount": 700}}]}, {"say": "refunded"}],
+        )
+    )
+    needs_input = rt.enqueue(
+        RunRequest(
+            prompt="ship it",
+            tools=["ship"],
+            script=[{"call": [{"tool": "ship", "args": {}}]}, {"say": "shipped"}],
+        )
+    )
+    for run_id in (approval, needs_input):
+        result = rt.run_queued(run_id)
+        assert result is not None and result.outcome in (
+            Outcome.AWAITING_APPROVAL,
+            Outcome.AWAITING_INPUT,
+        ), result
+    return Waiting(approval, needs_input)
 
 
 def _wait_claimable(rt: tenure.Runtime, run_id: str) -> None:

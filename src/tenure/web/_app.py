@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tenure import Runtime, __version__
-from tenure._errors import InvalidRequest, StoreError, TenureError
+from tenure._errors import DecisionConflict, InvalidRequest, StoreError, TenureError
 from tenure.web import _api, _pages
 from tenure.web._metrics import Metrics, instrument
 from tenure.web._security import Security
@@ -102,11 +102,14 @@ def _handlers(app: FastAPI) -> None:
         log.warning("database error on %s %s: %s", request.method, request.url.path, exc)
         return _error(request, 503, f"database unavailable: {exc}")
 
+    @app.exception_handler(DecisionConflict)
+    async def conflict(request: Request, exc: DecisionConflict) -> Response:
+        # A decision that lost its race, or a run that is not waiting (any more).
+        return _error(request, 409, str(exc))
+
     @app.exception_handler(TenureError)
     async def tenure_error(request: Request, exc: TenureError) -> Response:
-        # DecisionConflict (a decision that lost the race) and its kind: the state moved on.
-        status = 409 if type(exc).__name__ == "DecisionConflict" else 400
-        return _error(request, status, str(exc))
+        return _error(request, 400, str(exc))
 
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception) -> Response:

@@ -269,6 +269,20 @@ class ObservedStore:
         self._ended(lease, str(settlement.reason))
         return sequences
 
+    def suspend(self, lease: Lease, *args: Any, **kwargs: Any) -> list[int] | None:
+        # The segment ends: the run waits for a person, without a lease.
+        sequences: list[int] | None = self.inner.suspend(lease, *args, **kwargs)
+        if sequences is None:
+            self._missed(lease)
+        else:
+            self._ended(lease, "suspended")
+        return sequences
+
+    def decide_inline(self, *args: Any, **kwargs: Any) -> Claimed | None:
+        claimed: Claimed | None = self.inner.decide_inline(*args, **kwargs)
+        self._began([claimed] if claimed else [])
+        return claimed
+
     def stale_runs(self, limit: int) -> list[StaleRun]:
         self.metrics.reaper_passes.inc()
         return self.inner.stale_runs(limit)

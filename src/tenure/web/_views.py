@@ -46,7 +46,7 @@ _SHOWN: dict[str, frozenset[str]] = {
 }
 _SHOWN_ELSEWHERE = frozenset(
     {"call_id", "call_ids", "tool", "tools", "kind", "effect", "approved", "decided_by",
-     "submitted_by", "by", "execute", "reason", "cause", "deadline"}
+     "submitted_by", "by", "execute", "reason", "cause", "deadline", "turn", "keys"}
 )  # fmt: skip
 
 
