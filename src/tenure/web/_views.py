@@ -371,7 +371,7 @@ def redrive_plan(
         f"{len(writes)} non-idempotent write(s) already happened; they are in the journal and "
         "a redrive resumes after them, so none of them runs again"
         if writes
-        else "no non-idempotent write has happened in this run"
+        else "No non-idempotent write has happened in this run"
     )
     if fenced:
         which = f" ({interrupted.tool})" if interrupted else ""

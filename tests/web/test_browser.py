@@ -1,0 +1,212 @@
+"""End to end in a real headless Chromium (Debian's, driven by Playwright; never a
+downloaded browser) against the real server on loopback: the runs page, a run's timeline,
+redriving a dead letter, approving a pending run. Screenshots go to test-artifacts/web/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+import tenure
+from tenure import RunRequest, RunStatus
+from tenure.web import create_app
+
+from .conftest import TOKEN, Seeded, Waiting, seed_waiting
+
+CHROMIUM = os.environ.get("TENURE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
+
+pytestmark = pytest.mark.slow
+
+
+def _chromium() -> str:
+    path = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
+    if not path:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no Chromium at {CHROMIUM}: .ci/run installs Debian's chromium")
+        pytest.skip("Debian's chromium is not installed")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """The app under uvicorn on a loopback port, in a thread of this process."""
+
+    def __init__(self, app: Any) -> None:
+        self.port = _free_port()
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    executable = _chromium()
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def server(rt: tenure.Runtime) -> Iterator[Server]:
+    with Server(create_app(rt, token=TOKEN)) as s:
+        yield s
+
+
+@pytest.fixture
+def page(browser: Any, server: Server) -> Iterator[Any]:
+    context = browser.new_context(base_url=server.url, viewport={"width": 1400, "height": 900})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.set_default_timeout(10_000)
+    yield pg
+    context.close()
+    assert not errors, errors  # no script error, nothing blocked by the page's CSP
+
+
+def shot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def log_in(page: Any, name: str = "ada") -> None:
+    page.goto("/login")
+    page.fill("input[name=token]", TOKEN)
+    page.fill("input[name=name]", name)
+    page.click("button:has-text('log in')")
+    page.wait_for_url("**/")
+
+
+def test_runs_page_with_live_counts(page: Any, rt: tenure.Runtime, seeded: Seeded) -> None:
+    log_in(page)
+    page.goto("/")
+    assert page.locator("[data-count='status:failed']").inner_text() == "2"
+    assert page.locator("table.runs tbody tr").count() == 4
+    shot(page, "runs")
+    rt.enqueue(RunRequest(prompt="new", script=[{"say": "x"}]))
+    # The page polls /api/counts with its session: the count moves without a reload.
+    from playwright.sync_api import expect
+
+    expect(page.locator("[data-count='status:queued']")).to_have_text("2", timeout=10_000)
+    expect(page.locator("[data-count='total']")).to_have_text("5")
+
+
+def test_a_runs_timeline(page: Any, seeded: Seeded) -> None:
+    log_in(page)
+    page.goto("/?status=failed&reason=retries_exhausted")
+    page.click(f"a[href='/runs/{seeded.dead}']")
+    page.wait_for_url(f"**/runs/{seeded.dead}")
+    steps = page.locator("ol.timeline li")
+    kinds = [steps.nth(i).locator(".kind").inner_text() for i in range(steps.count())]
+    assert kinds[:2] == ["request", "claimed"] and kinds[-1] == "dead_lettered"
+    assert kinds.count("claimed") == 2 and "requeued" in kinds
+    tool = page.locator("li.k-tool").first
+    assert "charge" in tool.inner_text() and "non_idempotent_write" in tool.inner_text()
+    assert "the customer" not in page.content()
+    shot(page, "timeline")
+    page.click("text=reveal content")
+    page.wait_for_url("**reveal=true")
+    assert "charge then fail" in page.content()
+
+
+def test_redrive_a_dead_letter_after_its_dry_run(
+    page: Any, rt: tenure.Runtime, seeded: Seeded
+) -> None:
+    log_in(page)
+    page.goto("/dead-letters")
+    assert page.locator("table.runs tbody tr").count() == 2
+    shot(page, "dead_letters")
+    page.click(f"a[href='/runs/{seeded.dead}/redrive']")
+    why = page.locator("#plan-why").inner_text()
+    assert "1 non-idempotent write(s) already happened" in why
+    assert "charge" in page.locator("table.writes").inner_text()
+    shot(page, "redrive_plan")
+    page.click("button:has-text('redrive')")
+    page.wait_for_url(f"**/runs/{seeded.dead}?done=redriven")
+    assert "back in the queue" in page.locator(".done").inner_text()
+    assert rt.status(seeded.dead).status is RunStatus.QUEUED  # type: ignore[union-attr]
+    shot(page, "redriven")
+
+    # The fenced one needs the box ticked: the browser refuses the form without it.
+    page.goto(f"/runs/{seeded.fenced}/redrive")
+    assert "interrupted" in page.locator("#plan-why").inner_text()
+    page.click("button:has-text('force redrive')")
+    assert rt.status(seeded.fenced).is_dead_letter  # type: ignore[union-attr]
+    shot(page, "redrive_fenced")
+
+
+def test_approve_a_pending_run(page: Any, rt: tenure.Runtime) -> None:
+    waiting: Waiting = seed_waiting(rt)
+    log_in(page, "grace")
+    page.goto("/pending")
+    assert page.locator("section.pending-run").count() == 2
+    shot(page, "pending")
+    section = page.locator("section.pending-run", has_text=waiting.approval)
+    section.locator("input[name=note]").fill("customer called")
+    section.locator("button:has-text('approve')").click()
+    page.wait_for_url(f"**/runs/{waiting.approval}?done=approved")
+    run = rt.status(waiting.approval)
+    assert run is not None and run.status is RunStatus.QUEUED
+    decision = next(e for e in rt.events(waiting.approval) if e.kind == "approval")
+    assert decision.payload["decided_by"] == "grace" and decision.payload["approved"] is True
+    shot(page, "approved")
+
+
+def test_live_leases_by_worker_and_a_reaper_pass(page: Any, rt: tenure.Runtime) -> None:
+    held = rt.enqueue(RunRequest(prompt="held", script=[{"say": "x"}]))
+    stale = rt.enqueue(RunRequest(prompt="stale", script=[{"say": "x"}]))
+    assert rt.store.claim_run(held, "worker:box-a:4242:1", 600) is not None
+    assert rt.store.claim_run(stale, "worker:box-b:777:1", 0.05) is not None
+    time.sleep(0.2)
+    log_in(page)
+    page.goto("/leases")
+    assert page.locator("section.holder").count() == 2
+    assert held[:8] in page.locator("section.holder", has_text="box-a").inner_text()
+    shot(page, "leases")
+    page.click("button:has-text('run one reaper pass')")
+    assert page.locator("#reaped").inner_text().startswith("requeued 1,")
+    assert rt.status(stale).status is RunStatus.QUEUED  # type: ignore[union-attr]
