@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Form, Path, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
@@ -492,8 +493,14 @@ def decision_form(
 
 @router.post("/runs/{run_id}/input")
 async def input_form(request: Request, run_id: RunId) -> Response:
+    # The field names come from the tool's schema, so the form is read whole here; the
+    # database work then runs on a worker thread like every other route's.
     form = await request.form()
     values_form = {k: v for k, v in form.items() if isinstance(v, str)}
+    return await run_in_threadpool(_submit_input, request, run_id, values_form)
+
+
+def _submit_input(request: Request, run_id: str, values_form: dict[str, str]) -> Response:
     caller = _operator(request, values_form.get(CSRF_FIELD))
     web = web_of(request)
     if not web.hitl:

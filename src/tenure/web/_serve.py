@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
 from tenure.cli._app import CliError, Context, UsageError
@@ -44,6 +45,11 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
     if token and args.public_read:
         mode = "anyone may read; writes need the bearer token"
     err.print(f"tenure serve on http://{args.host}:{args.port} for {ctx.app.database_url}: {mode}")
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the
+    # handler it found: this one, so that a requested stop exits 0 like `tenure worker`.
+    stopped: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stopped.append(signum))
     uvicorn.run(
         app,
         host=args.host,
@@ -52,4 +58,5 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
         access_log=False,
         proxy_headers=False,
     )
+    err.print("tenure serve stopped")
     return 0

@@ -1,0 +1,123 @@
+"""`tenure serve` as a real process on loopback: it refuses to serve writes without a token,
+serves the API and the dashboard with one, and stops on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .conftest import AUTH, TOKEN
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env(token: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "TENURE_API_TOKEN"}
+    if token is not None:
+        env["TENURE_API_TOKEN"] = token
+    return env
+
+
+def _serve(tmp_path: Path, token: str | None, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tenure",
+            "--database",
+            f"sqlite:///{tmp_path / 'serve.db'}",
+            "serve",
+            "--port",
+            str(port),
+            *extra,
+        ],
+        env=_env(token),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _, err = proc.communicate(timeout=5)
+            raise AssertionError(f"tenure serve did not come up ({proc.returncode}): {err}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[str]:
+    proc, url = _serve(tmp_path, TOKEN)
+    yield url
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+
+
+def test_refuses_to_serve_writes_without_a_token(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tenure", "serve", "--port", str(_free_port())],
+        env=_env(None),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "TENURE_API_TOKEN is not set" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_serves_the_api_and_the_dashboard_with_a_token(served: str) -> None:
+    assert httpx.get(f"{served}/api/runs").status_code == 401
+    created = httpx.post(
+        f"{served}/api/runs",
+        json={"prompt": "hello", "script": [{"say": "hi"}]},
+        headers=AUTH,
+    )
+    assert created.status_code == 201
+    run_id = created.json()["id"]
+    run = httpx.get(f"{served}/api/runs/{run_id}", headers=AUTH).json()
+    assert run["status"] == "queued"
+    assert httpx.get(f"{served}/api/openapi.json").json()["info"]["title"] == "tenure"
+    login = httpx.get(f"{served}/login")
+    assert login.status_code == 200 and "API token" in login.text
+    assert httpx.get(f"{served}/static/tenure.css").status_code == 200
+    metrics = httpx.get(f"{served}/metrics", headers=AUTH).text
+    assert 'tenure_runs{status="queued"} 1.0' in metrics
+
+
+def test_public_read_without_a_token_is_read_only(tmp_path: Path) -> None:
+    proc, url = _serve(tmp_path, None, "--public-read")
+    try:
+        assert httpx.get(f"{url}/api/runs").status_code == 200
+        assert httpx.get(f"{url}/").status_code == 200
+        refused = httpx.post(f"{url}/api/reap", headers=AUTH)
+        assert refused.status_code == 403 and "writes are disabled" in refused.json()["error"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert "read-only" in err
