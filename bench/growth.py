@@ -1,0 +1,124 @@
+"""growth: claim latency and drain rate as history piles up, and behind a backlog.
+
+    python bench/growth.py [--size 1000000] [--repeat 3] [--quick] [--postgres URL]
+
+Scenarios, each on a fresh database: 0, SIZE/10 and SIZE finished runs in the table (each
+with the four events of a one-step run, inserted in bulk by a store helper), and a backlog of
+SIZE/10 queued runs. In each: the latency of `claim` of one run (p50 and p99 over CLAIMS
+claims, in this process), then the drain rate of DRAIN more trivial runs by a worker process
+at concurrency 8 (behind the backlog: the first DRAIN runs of it). The ratio column compares
+with the empty table.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import _common as c
+from _child import tenure_runtime, trivial
+
+from tenure.store import _bench
+
+CLAIMS = 1000
+DRAIN = 3000
+ENQUEUE_BATCH = 5000
+
+
+def fill(url: str, finished: int, backlog: int) -> None:
+    with tenure_runtime(url) as rt:
+        _bench.seed_finished(rt.store, finished)  # type: ignore[arg-type]
+        for start in range(0, backlog, ENQUEUE_BATCH):
+            rt.enqueue_many([trivial() for _ in range(min(ENQUEUE_BATCH, backlog - start))])
+
+
+def claim_latencies(url: str, claims: int, enqueue: bool) -> list[float]:
+    with tenure_runtime(url) as rt:
+        if enqueue:
+            rt.enqueue_many([trivial() for _ in range(claims)])
+        store = rt.store
+        out = []
+        for _ in range(claims):
+            began = time.perf_counter()
+            got = store.claim("worker:bench:0:1", None, 900.0, 1)
+            out.append((time.perf_counter() - began) * 1000)
+            assert len(got) == 1
+        return out
+
+
+def scenario(
+    url: str, finished: int, backlog: int, claims: int, drain_n: int, times: int
+) -> tuple[c.Series, c.Series, c.Series]:
+    began = time.perf_counter()
+    fill(url, finished, backlog)
+    print(
+        f"  filled {finished:,} finished, {backlog:,} queued in {time.perf_counter() - began:.0f}s"
+    )
+    p50, p99, rate = c.Series(), c.Series(), c.Series()
+    for _ in range(times):
+        lat = claim_latencies(url, claims, enqueue=backlog == 0)
+        p50.add(c.pick(lat, 0.5))
+        p99.add(c.pick(lat, 0.99))
+        if backlog == 0:
+            c.child("enqueue", "tenure", url, drain_n)
+        d = c.child("drain_some", "tenure", url, drain_n, 8)
+        rate.add(drain_n / d["seconds"])
+    return p50, p99, rate
+
+
+def main() -> None:
+    args = c.parser(__doc__.splitlines()[0], default_size=1_000_000, quick_size=1000).parse_args()
+    size, times = c.size_and_repeat(args)
+    claims = min(CLAIMS, max(10, size // 10))
+    drain_n = min(DRAIN, max(10, size // 20))
+    scenarios = [
+        ("0 finished", 0, 0),
+        (f"{size // 10:,} finished", size // 10, 0),
+        (f"{size:,} finished", size, 0),
+        (f"{size // 10:,} queued", 0, size // 10),
+    ]
+    tables = []
+    counter = itertools.count()
+    with c.scratch_dir() as tmp, c.maybe_postgres(args) as pg:
+        stores: list[tuple[str, c.Callable[[], str]]] = [
+            ("SQLite", lambda: f"sqlite:///{tmp}/g{next(counter)}.db")
+        ]
+        if pg is not None:
+            stores.append(("PostgreSQL", lambda: pg.fresh("growth")))
+        for name, url_for in stores:
+            table = c.Table(
+                f"growth on {name}: claim latency (ms, {claims} claims) and drain "
+                f"(runs/s, {drain_n} runs, c=8)"
+            )
+            base: tuple[c.Series, c.Series, c.Series] | None = None
+            for label, finished, backlog in scenarios:
+                print(f"{name}: {label}")
+                p50, p99, rate = scenario(url_for(), finished, backlog, claims, drain_n, times)
+                if base is None:
+                    base = (p50, p99, rate)
+                table.add(
+                    label,
+                    "claim p50 ms",
+                    p50,
+                    fmt=".3f",
+                    note=f"{p50.median / base[0].median:.2f}x of empty",
+                )
+                table.add(
+                    label,
+                    "claim p99 ms",
+                    p99,
+                    fmt=".3f",
+                    note=f"{p99.median / base[1].median:.2f}x of empty",
+                )
+                table.add(
+                    label,
+                    "drain runs/s",
+                    rate,
+                    note=f"{rate.median / base[2].median:.2f}x of empty",
+                )
+            tables.append(table)
+    c.emit(*tables, preamble=c.machine())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""steps: runs of 1, 10 and 50 read-only tool steps; time and commits per step.
+
+    python bench/steps.py [--size RUNS] [--repeat 3] [--quick] [--postgres URL]
+
+Each run calls a read-only tool k times (one call per model turn for k = 1, five per turn
+beyond) and then answers, so a run has k tool steps and k/5 + 1 (at least 2) model steps.
+The runs are drained by one worker at concurrency 1, in this process. The baseline is the
+same agent loop (the same segment code, tools and scripted model) on an in-memory store that
+persists nothing: the difference is the price of durability. Commits are the store's write
+transactions, counted where they are made; on PostgreSQL `pg_stat_database.xact_commit`
+(which counts reads too) is shown beside them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import _common as c
+from _child import count_writes, tenure_runtime
+
+from tenure import RunRequest, RunStatus
+from tenure._ladder import Engine, Segment
+from tenure._types import Event, ToolEffect, Usage
+from tenure.store import _bench
+from tenure.store._base import NO_USAGE, Lease, NewEvent, Settlement
+
+STEPS = (1, 10, 50)
+CALLS_PER_TURN = 5
+MAX_TURNS = 20
+# A PostgreSQL backend reports its statistics when it exits; wait for the pool's to have.
+STATS_SETTLE_SECONDS = 0.5
+
+
+def script(k: int) -> list[dict[str, Any]]:
+    per_turn = 1 if k < CALLS_PER_TURN else CALLS_PER_TURN
+    turns = [{"call": [{"tool": "read"}] * per_turn} for _ in range(k // per_turn)]
+    return [*turns, {"say": "done"}]
+
+
+def request(k: int) -> RunRequest:
+    return RunRequest(
+        prompt="x", model="scripted", tools=["read"], script=script(k), max_iterations=MAX_TURNS
+    )
+
+
+def steps_per_run(k: int) -> int:
+    return k + len(script(k))  # tool steps + model steps
+
+
+@dataclass
+class MemoryStore:
+    """The store methods a segment calls, on dictionaries: persistence removed."""
+
+    events_of: dict[str, list[Event]] = field(default_factory=dict)
+    url: str = "memory"
+
+    def _add(self, lease: Lease, events: Sequence[NewEvent]) -> list[int]:
+        log = self.events_of.setdefault(lease.run_id, [])
+        now = datetime.now(UTC)
+        first = len(log)
+        for i, e in enumerate(events):
+            log.append(Event(lease.run_id, first + i, 0, e.kind, e.payload, now, lease.token))
+        return list(range(first, len(log)))
+
+    def events(self, run_id: str, after: int = -1) -> list[Event]:
+        return [e for e in self.events_of.get(run_id, []) if e.sequence > after]
+
+    def record_step(
+        self,
+        lease: Lease,
+        lease_seconds: float,
+        events: Sequence[NewEvent],
+        usage: Usage = NO_USAGE,
+    ) -> list[int]:
+        return self._add(lease, events)
+
+    def settle(self, lease: Lease, settlement: Settlement) -> list[int]:
+        return self._add(lease, settlement.events)
+
+    def mark_fence(self, lease: Lease, effect: ToolEffect, lease_seconds: float) -> bool:
+        return True
+
+    def clear_fence(self, lease: Lease, lease_seconds: float, event: NewEvent) -> int:
+        return self._add(lease, [event])[0]
+
+    def run_status(self, run_id: str) -> RunStatus:
+        return RunStatus.RUNNING
+
+
+def in_memory(k: int, runs: int) -> float:
+    """Seconds for `runs` runs of the same loop on the memory store."""
+    rt = tenure_runtime("sqlite:///never-opened.db")
+    engine = Engine(MemoryStore(), rt._tools, rt._models, rt.settings)  # type: ignore[arg-type]
+    raw = [rt._new_run(rt._validate(request(k)), interactive=False).request for _ in range(runs)]
+    started = time.perf_counter()
+    for i, body in enumerate(raw):
+        lease = Lease(f"run-{i}", "bench", 1, 0)
+        Segment(engine, lease, body, 0, collect_steps=False).execute()
+    return time.perf_counter() - started
+
+
+def committed(url: str) -> int:
+    """PostgreSQL's count of committed transactions, from a connection of its own."""
+    time.sleep(STATS_SETTLE_SECONDS)
+    with tenure_runtime(url) as rt:
+        return _bench.transactions(rt.store)  # type: ignore[arg-type]
+
+
+def durable(url: str, k: int, runs: int) -> tuple[float, int, int]:
+    """(seconds, write transactions, PostgreSQL xact_commit delta or -1)."""
+    with tenure_runtime(url) as rt:
+        rt.enqueue_many([request(k) for _ in range(runs)])
+    before = committed(url)
+    with tenure_runtime(url) as rt:
+        rt.store  # noqa: B018 -- opened (and its schema checked) before counting
+        writes = count_writes(rt)
+        started = time.perf_counter()
+        rt.work(concurrency=1, burst=True, poll_interval=0.01)
+        seconds = time.perf_counter() - started
+        done = len(rt.runs(status=RunStatus.COMPLETED, limit=runs + 1))
+        if done != runs:
+            sys.exit(f"steps: {done} of {runs} runs completed")
+    after = committed(url)
+    return seconds, writes[0], (after - before) if before >= 0 else -1
+
+
+def main() -> None:
+    args = c.parser(__doc__.splitlines()[0], default_size=200, quick_size=3).parse_args()
+    runs, times = c.size_and_repeat(args)
+    table = c.Table(f"steps: ms per step, {runs} runs each, concurrency 1")
+    commits = c.Table("steps: commits per step (write transactions)")
+    counter = itertools.count()
+    with c.scratch_dir() as tmp, c.maybe_postgres(args) as pg:
+        stores: list[tuple[str, Callable[[], str]]] = [
+            ("SQLite", lambda: f"sqlite:///{tmp}/s{next(counter)}.db")
+        ]
+        if pg is not None:
+            stores.append(("PostgreSQL", lambda: pg.fresh("steps")))
+        for k in STEPS:
+            per_run = steps_per_run(k)
+            base = c.Series()
+            for _ in range(times):
+                base.add(in_memory(k, runs) / (runs * per_run) * 1000)
+            for name, url_for in stores:
+                ms, per_step, xacts = c.Series(), c.Series(), c.Series()
+                for _ in range(times):
+                    seconds, writes, xact = durable(url_for(), k, runs)
+                    ms.add(seconds / (runs * per_run) * 1000)
+                    per_step.add(writes / (runs * per_run))
+                    if xact >= 0:
+                        xacts.add(xact / (runs * per_run))
+                note = f"{per_run} steps/run ({k} tool)"
+                table.add(f"tenure/{name}", f"k={k}", ms, fmt=".3f", note=note)
+                table.add("no persistence", f"k={k} vs {name}", base, fmt=".3f", baseline=ms)
+                extra = f"; xact_commit/step {xacts.median:.2f}" if xacts.values else ""
+                commits.add(
+                    f"tenure/{name}",
+                    f"k={k}",
+                    per_step,
+                    fmt=".3f",
+                    note=f"{per_step.median * per_run:.1f} per run = claim + {per_run - k - 1} "
+                    f"model turns + {k} tool steps + settle{extra}",
+                )
+    c.emit(table, commits, preamble=c.machine())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+-- Named queries for the benchmarks in bench/ only: filling a table fast, probing the commit
+-- rate. The runtime never uses them.
+
+-- name: seed_finished_runs
+-- %(n)s completed runs with random ids, marked by their output so their events can follow.
+INSERT INTO tenure_runs (id, queue, status, termination_reason, claimed_by, lease_token,
+                         available_at, output, last_sequence, created_at, started_at,
+                         finished_at, updated_at)
+SELECT gen_random_uuid()::text, 'default', 'completed', 'completed', '', 1,
+       {now}, 'seeded', 3, {now}, {now}, {now}, {now}
+  FROM generate_series(1, %(n)s);
+
+-- name: seed_finished_events
+-- The four events of every run seeded since the last call: request, claimed, llm, assembled.
+INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
+SELECT r.id, e.sequence, 0, CASE WHEN e.sequence = 0 THEN 0 ELSE 1 END, e.kind, '{}', {now}
+  FROM tenure_runs r
+ CROSS JOIN (VALUES (0, 'request'), (1, 'claimed'), (2, 'llm'), (3, 'assembled'))
+       AS e (sequence, kind)
+ WHERE r.output = 'seeded';
+
+-- name: unmark_seeded
+UPDATE tenure_runs SET output = 'ok' WHERE output = 'seeded';
+
+-- name: probe_table
+CREATE TABLE IF NOT EXISTS tenure_bench_probe (id integer PRIMARY KEY, n bigint NOT NULL);
+
+-- name: probe_row
+INSERT INTO tenure_bench_probe (id, n) VALUES (%(id)s, 0) ON CONFLICT (id) DO NOTHING;
+
+-- name: probe_update
+-- The cheapest durable change: one statement, one row.
+UPDATE tenure_bench_probe SET n = n + 1 WHERE id = %(id)s;
+
+-- name: transactions
+-- Transactions committed in this database so far (reads included); the statistics are
+-- flushed by each backend at most once a second, so wait before reading a delta.
+SELECT xact_commit FROM pg_stat_database WHERE datname = current_database();
