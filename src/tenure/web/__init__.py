@@ -6,7 +6,18 @@
 or `tenure serve`. See docs/web.md.
 """
 
+from typing import Any
+
 from tenure.web._app import WritesNeedToken, create_app
 from tenure.web._metrics import Metrics, ObservedStore, instrument
 
-__all__ = ["Metrics", "ObservedStore", "WritesNeedToken", "create_app", "instrument"]
+__all__ = ["Metrics", "ObservedStore", "Tracing", "WritesNeedToken", "create_app", "instrument"]
+
+
+def __getattr__(name: str) -> Any:
+    # Tracing needs the otel extra: imported only when asked for.
+    if name == "Tracing":
+        from tenure.web._otel import Tracing
+
+        return Tracing
+    raise AttributeError(f"module 'tenure.web' has no attribute {name!r}")
