@@ -34,13 +34,16 @@ VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, {now});
 -- name: claim
 -- Claim up to :limit claimable runs. The writer lock taken by BEGIN IMMEDIATE makes the
 -- subquery and the update one step: no other claimer can see these rows as queued.
+-- INDEXED BY: without statistics the planner picks the listing index (status = 'queued'),
+-- which reads and sorts every queued row at each claim, so a drain of a backlog of N runs
+-- costs N²; the claimable index yields the oldest available rows first and stops at :limit.
 UPDATE tenure_runs
    SET status = 'running', claimed_by = :owner, lease_expires = {now} + :lease,
        lease_token = lease_token + 1,
        attempt = CASE WHEN lease_token = 0 THEN 0 ELSE attempt + 1 END,
        started_at = COALESCE(started_at, {now}), updated_at = {now},
        last_sequence = last_sequence + 1
- WHERE id IN (SELECT id FROM tenure_runs
+ WHERE id IN (SELECT id FROM tenure_runs INDEXED BY tenure_runs_claimable
                WHERE status = 'queued' AND available_at <= {now}
                  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
                ORDER BY available_at
