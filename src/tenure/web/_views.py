@@ -212,6 +212,13 @@ def _title(event: Event, payload: dict[str, Any]) -> str:
         return f"request: model {payload.get('model', '?')}"
     if kind == EventKind.ASSEMBLED:
         return "final answer"
+    if kind == EventKind.APPROVAL:
+        verdict = "approved" if payload.get("approved") else "denied"
+        return f"{verdict} by {payload.get('decided_by', '?')}"
+    if kind == EventKind.INPUT:
+        keys = payload.get("keys")
+        fields = f" ({', '.join(map(str, keys))})" if isinstance(keys, list) and keys else ""
+        return f"input from {payload.get('submitted_by', '?')}{fields}"
     return str(kind)
 
 
