@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import signal
 import socket
 import sqlite3
 from collections import Counter
@@ -16,7 +18,7 @@ import tenure
 from tenure import EventKind, TerminationReason, ToolEffect
 from tenure.demo._audit import audit
 
-from .conftest import Cli
+from .conftest import Cli, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -151,3 +153,20 @@ def test_the_audit_catches_a_repeated_or_unrecorded_write(demo: Demo, tmp_path: 
             conn.commit()
         unrecorded = audit(runtime, 40, [])
         assert (unrecorded.interrupted_writes, unrecorded.interrupted_not_fenced) == (1, 1)
+
+
+def test_demo_stopped_by_sigterm_stops_its_workers(cli: Cli) -> None:
+    db = cli.cwd / "tenure.db"
+    demo = cli.popen("demo", "--runs", "300")
+    wait_for(db.exists)  # the demo's own file: reading earlier would create another
+    with tenure.Runtime(cli.url) as runtime:
+        wait_for(lambda: bool(runtime.runs(status="running", limit=1)))
+    demo.send_signal(signal.SIGTERM)
+    out, err = demo.communicate(timeout=60)
+    assert demo.returncode == 130, out + err
+    assert err.strip() == "tenure: interrupted"
+    pids = [int(p) for p in re.findall(r"^started worker \d+ \(pid (\d+)\)$", out, re.MULTILINE)]
+    assert len(pids) >= 2
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

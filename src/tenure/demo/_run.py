@@ -15,10 +15,13 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import IO
 
 from rich import box
@@ -37,6 +40,9 @@ DEFAULT_DEMO_DATABASE = "sqlite:///tenure-demo.db"
 KILL_AT = 0.3
 TICK_SECONDS = 0.2
 STOP_TIMEOUT = 20.0
+# No run ending for this long means the workers are stuck; longer than a fence's lease
+# (a write tool's timeout plus the margin), after which a killed write is reaped.
+STALL_SECONDS = 45.0
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,23 @@ class Fleet:
         return codes
 
 
+@contextlib.contextmanager
+def _terminate_gracefully() -> Iterator[None]:
+    """SIGTERM stops the demo like Ctrl-C does, so that its workers are stopped too."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _freeze(pid: int) -> None:
     """SIGSTOP, then wait until every thread has stopped (a commit under way may land first)."""
     os.kill(pid, signal.SIGSTOP)
@@ -198,12 +221,18 @@ def _work(fleet: Fleet, total: int, options: DemoOptions, console: Console) -> N
         task = progress.add_task("runs ended", total=total, counts="")
         for w in fleet.workers:
             progress.console.print(f"started worker {w.number} (pid {w.proc.pid})")
+        last_ended, last_change = -1, time.monotonic()
         while time.monotonic() < deadline:
             counts = _counts(total)
             ended = sum(n for s, n in counts.items() if s.is_terminal)
             progress.update(task, completed=ended, counts=_describe(counts))
             if ended >= total:
                 break
+            if ended != last_ended:
+                last_ended, last_change = ended, time.monotonic()
+            elif time.monotonic() - last_change > STALL_SECONDS:
+                progress.console.print(f"no run ended for {STALL_SECONDS:g}s: giving up")
+                return
             if not victim.killed and ended >= total * KILL_AT and fleet.kill(victim):
                 progress.console.print(
                     f"killed worker {victim.number} (pid {victim.proc.pid}) with SIGKILL while "
@@ -293,7 +322,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
     except sqlite3.Error as exc:
         raise CliError(f"cannot create the demo tables in {url}: {exc}") from None
     console.print(f"enqueued {total} scripted runs in {url}")
-    with tempfile.TemporaryDirectory(prefix="tenure-demo-") as log_dir:
+    with _terminate_gracefully(), tempfile.TemporaryDirectory(prefix="tenure-demo-") as log_dir:
         fleet = Fleet(url, options, Path(log_dir))
         try:
             _work(fleet, total, options, console)
