@@ -210,3 +210,21 @@ def test_live_leases_by_worker_and_a_reaper_pass(page: Any, rt: tenure.Runtime) 
     page.click("button:has-text('run one reaper pass')")
     assert page.locator("#reaped").inner_text().startswith("requeued 1,")
     assert rt.status(stale).status is RunStatus.QUEUED  # type: ignore[union-attr]
+
+
+def test_a_run_page_follows_the_live_run(page: Any, rt: tenure.Runtime) -> None:
+    from playwright.sync_api import expect
+
+    run_id = rt.enqueue(RunRequest(prompt="slow", script=[{"sleep": 1.0}, {"say": "done"}]))
+    log_in(page)
+    page.goto(f"/runs/{run_id}")
+    expect(page.locator("h1 .status")).to_have_text("queued")
+    worker = threading.Thread(target=rt.run_queued, args=(run_id,))
+    worker.start()
+    try:
+        # The page follows the run's event stream and reloads as it moves, to the end.
+        expect(page.locator("h1 .status")).to_have_text("completed", timeout=15_000)
+        expect(page.locator("li.k-assembled")).to_have_count(1)
+    finally:
+        worker.join()
+    shot(page, "followed")

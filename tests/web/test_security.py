@@ -176,3 +176,13 @@ def test_a_database_error_is_a_503_in_one_line(
     response = client.get("/api/runs/x", headers=AUTH)
     assert response.status_code == 503
     assert response.json() == {"error": "database unavailable: database is locked"}
+
+
+def test_pages_answer_errors_with_an_error_page(client: TestClient) -> None:
+    login(client)
+    missing = client.get("/runs/no-such-run")
+    assert missing.status_code == 404 and "no run with id" in missing.text
+    assert missing.headers["content-type"].startswith("text/html")
+    bad = client.get("/?status=sleeping")
+    assert bad.status_code == 400 and "sleeping" in bad.text
+    assert client.get("/runs/%00bad").status_code == 422
