@@ -304,18 +304,14 @@ def dead_letters_page(
     r = _filter(reason, TerminationReason)
     if r is not None and not r.is_dead_letter:
         raise InvalidRequest(f"{r} is not a dead-letter reason")
-    reasons = [r] if r else [TerminationReason.RETRIES_EXHAUSTED, TerminationReason.NOT_RETRYABLE]
-    runs = []
-    next_url = None
-    for one in reasons:
-        page, next_cursor = web.page(RunStatus.FAILED, one, queue or None, PAGE_SIZE, cursor)
-        runs.extend(page)
-        if next_cursor and len(reasons) == 1:
-            next_url = "/dead-letters?" + urlencode(
-                {k: v for k, v in {"reason": reason, "queue": queue}.items() if v}
-                | {"cursor": next_cursor}
-            )
-    runs.sort(key=lambda x: x.finished_at or x.updated_at, reverse=True)
+    # Failed runs, newest first, of which the dead letters are shown (a run that failed
+    # max_iterations or budget_exhausted is no dead letter); the cursor pages the failed runs.
+    page, next_cursor = web.page(RunStatus.FAILED, r, queue or None, PAGE_SIZE, cursor)
+    runs = [run for run in page if run.is_dead_letter]
+    query = {k: v for k, v in {"reason": reason, "queue": queue}.items() if v}
+    next_url = (
+        "/dead-letters?" + urlencode({**query, "cursor": next_cursor}) if next_cursor else None
+    )
     return render(
         request,
         "dead_letters.html",
