@@ -1,0 +1,53 @@
+"""The dashboard's pages and forms through the ASGI app (the browser tests drive the same
+pages in Chromium)."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+import tenure
+from tenure import RunStatus
+
+from .conftest import SECRET, Seeded, login
+
+
+def test_bulk_redrive_form_dry_run_then_for_real(
+    client: TestClient, rt: tenure.Runtime, seeded: Seeded
+) -> None:
+    csrf = login(client)
+    page = client.get("/dead-letters")
+    assert seeded.dead[:8] in page.text and seeded.fenced[:8] in page.text
+    dry = client.post("/dead-letters/redrive", data={"csrf": csrf, "dry_run": "true"})
+    assert "would redrive 1; skipped 1" in dry.text
+    assert rt.status(seeded.dead).is_dead_letter  # type: ignore[union-attr]
+    done = client.post("/dead-letters/redrive", data={"csrf": csrf, "limit": "10"})
+    assert "redriven 1; skipped 1" in done.text
+    assert rt.status(seeded.dead).status is RunStatus.QUEUED  # type: ignore[union-attr]
+    assert rt.status(seeded.fenced).is_dead_letter  # type: ignore[union-attr]
+
+
+def test_cancel_form_and_the_run_page(
+    client: TestClient, rt: tenure.Runtime, seeded: Seeded
+) -> None:
+    csrf = login(client)
+    page = client.get(f"/runs/{seeded.queued}")
+    assert "backoff until" in page.text  # enqueued with a delay: not claimable yet
+    assert "cancel run" in page.text
+    done = client.post(f"/runs/{seeded.queued}/cancel", data={"csrf": csrf})
+    assert done.status_code == 200 and "Cancelled." in done.text
+    assert rt.status(seeded.queued).status is RunStatus.CANCELLED  # type: ignore[union-attr]
+    completed = client.get(f"/runs/{seeded.completed}")
+    assert SECRET not in completed.text and "gold plan" not in completed.text
+    assert "gold plan" in client.get(f"/runs/{seeded.completed}?reveal=true").text
+
+
+def test_runs_page_filters_and_pages(client: TestClient, rt: tenure.Runtime) -> None:
+    login(client)
+    rt.enqueue_many([tenure.RunRequest(prompt="x", script=[{"say": "x"}]) for _ in range(55)])
+    first = client.get("/")
+    assert first.text.count('class="mono" href="/runs/') == 50 and 'rel="next"' in first.text
+    next_url = first.text.split('rel="next" href="')[1].split('"')[0].replace("&amp;", "&")
+    second = client.get(next_url)
+    assert second.text.count('class="mono" href="/runs/') == 5 and 'rel="next"' not in second.text
+    none = client.get("/?status=running")
+    assert "no runs" in none.text
