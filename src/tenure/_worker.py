@@ -152,17 +152,17 @@ class Worker:
 
     def _slot(self) -> None:
         while (item := self._jobs.get()) is not None:
-            segment = Segment(
-                self.engine,
-                item.lease,
-                item.request,
-                item.requeue_count,
-                collect_steps=False,
-                decision=item.decision,
-            )
-            with self._lock:
-                self._active[item.lease.run_id] = segment
             try:
+                segment = Segment(
+                    self.engine,
+                    item.lease,
+                    item.request,
+                    item.requeue_count,
+                    collect_steps=False,
+                    decision=item.decision,
+                )
+                with self._lock:
+                    self._active[item.lease.run_id] = segment
                 result = segment.execute()
                 self.stats.count(result.outcome)
                 if result.outcome is Outcome.LEASE_LOST:
