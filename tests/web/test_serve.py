@@ -121,3 +121,24 @@ def test_public_read_without_a_token_is_read_only(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=15)
     assert "read-only" in err
+
+
+def test_work_in_the_server_process_shows_its_segments_on_metrics(tmp_path: Path) -> None:
+    proc, url = _serve(tmp_path, TOKEN, "--work", "2")
+    try:
+        created = httpx.post(
+            f"{url}/api/runs", json={"prompt": "p", "script": [{"say": "hi"}]}, headers=AUTH
+        )
+        run_id = created.json()["id"]
+        deadline = time.monotonic() + 20
+        while httpx.get(f"{url}/api/runs/{run_id}", headers=AUTH).json()["status"] != "completed":
+            assert time.monotonic() < deadline, "the run was not worked"
+            time.sleep(0.1)
+        metrics = httpx.get(f"{url}/metrics", headers=AUTH).text
+        assert "tenure_claims_total 1.0" in metrics
+        assert 'tenure_step_seconds_count{kind="llm"} 1.0' in metrics
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "in this process" in err

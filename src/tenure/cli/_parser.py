@@ -231,6 +231,12 @@ def build(handlers: dict[str, Handler]) -> Parser:
         help="reads need no token (writes still need $TENURE_API_TOKEN; without it: read-only)",
     )
     p.add_argument("--otel", action="store_true", help="OpenTelemetry spans per run and step")
+    p.add_argument(
+        "--work",
+        type=positive_int,
+        metavar="N",
+        help="also work the queue here with N slots (their segments show on /metrics)",
+    )
 
     add_human_parsers(command)
 

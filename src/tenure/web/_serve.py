@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 
 from tenure.cli._app import CliError, Context, UsageError
 from tenure.cli._output import err
@@ -50,13 +51,23 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
     stopped: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stopped.append(signum))
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-        access_log=False,
-        proxy_headers=False,
-    )
+    worker = ctx.app.worker(args.work) if args.work else None
+    thread = threading.Thread(target=worker.run, name="tenure-worker") if worker else None
+    if worker is not None and thread is not None:
+        err.print(f"{worker.identity}: concurrency {args.work}, in this process")
+        thread.start()
+    try:
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            access_log=False,
+            proxy_headers=False,
+        )
+    finally:
+        if worker is not None and thread is not None:
+            worker.stop()  # drains: in-flight runs get the worker's grace period
+            thread.join()
     err.print("tenure serve stopped")
     return 0
