@@ -1,0 +1,419 @@
+"""Chaos soak: many runs, several worker processes, a nemesis; then the audit.
+
+    python bench/soak.py --runs 2000 --workers 3 --store sqlite --kills 200
+
+N scripted runs of 3 to 10 steps (reads, idempotent and non-idempotent writes, model time,
+injected provider failures of every class) are worked by worker processes
+(`python -m tests.apps`) while a nemesis, every `--interval` seconds on average, SIGKILLs a
+worker (a new one replaces it), or SIGSTOPs one for up to three leases and thaws it, and on
+PostgreSQL terminates the workers' backends or restarts the server (a private cluster from
+`tests/_postgres.py`). When the kills are done and every run has ended, the workers drain and
+`tenure.audit` checks the database and the external ledger that the `pay` tool writes.
+
+Printed: runs, kills, stops, backend kills, restarts, completed and dead-lettered by reason,
+recovery from a kill to the re-claim of each run the killed worker held (median, p99, by the
+database's clock), refused writes (from the workers' logs), audit violations. Exit code 0
+when every run ended and the audit found nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.apps import make_app  # noqa: E402
+from tests.crash._workers import WorkerProcess, spawn  # noqa: E402
+
+import tenure  # noqa: E402
+from tenure import EventKind, RunRequest, RunStatus  # noqa: E402
+from tenure.audit import audit  # noqa: E402
+
+RETRYABLE = ["connection", "timeout", "rate_limit", "server_error", "circuit_open"]
+NOT_RETRYABLE = ["auth", "configuration", "client_error", "unknown"]
+MAX_REQUEUES = 5
+FINISH_TIMEOUT_SECONDS = 300.0
+
+
+# -- the workload --------------------------------------------------------------------------
+
+
+def script(rng: random.Random) -> list[dict[str, Any]]:
+    """3 to 10 steps, perhaps with a failure: once (retried), always (exhausted), or fatal."""
+    turns: list[dict[str, Any]] = []
+    for _ in range(rng.randint(2, 9)):  # plus the final answer: 3 to 10 steps
+        if rng.random() < 0.3:
+            turns.append({"sleep": round(rng.uniform(0.05, 0.4), 2)})
+        pick = rng.random()
+        if pick < 0.4:
+            turns.append({"call": [{"tool": "read"}]})
+        elif pick < 0.7:
+            turns.append({"call": [{"tool": "save"}]})
+        else:
+            hold = round(rng.choice([0.0, 0.0, rng.uniform(0.05, 0.3)]), 2)
+            turns.append({"call": [{"tool": "pay", "args": {"amount": 1, "hold": hold}}]})
+    failure = rng.random()
+    at = rng.randrange(len(turns) + 1)
+    if failure < 0.15:
+        fail: dict[str, Any] = {"fail": rng.choice(RETRYABLE), "attempts": [0]}
+        if fail["fail"] == "rate_limit":
+            fail["retry_after"] = 0.2
+        turns.insert(at, fail)
+    elif failure < 0.2:
+        turns.insert(at, {"fail": rng.choice(NOT_RETRYABLE)})
+    elif failure < 0.23:
+        turns.insert(at, {"fail": rng.choice(RETRYABLE)})  # every attempt: budget spent
+    return [*turns, {"say": "done"}]
+
+
+def requests(n: int, rng: random.Random) -> list[RunRequest]:
+    return [
+        RunRequest(
+            prompt=f"soak {i}",
+            model="scripted",
+            tools=["read", "save", "pay"],
+            script=script(rng),
+            max_iterations=12,
+        )
+        for i in range(n)
+    ]
+
+
+# -- the nemesis ---------------------------------------------------------------------------
+
+
+@dataclass
+class Kill:
+    pid: int
+    at: datetime  # the database's clock
+    held: dict[str, int]  # run id -> lease token held by the killed worker
+
+
+@dataclass
+class Chaos:
+    kills: list[Kill] = field(default_factory=list)
+    stops: int = 0
+    zombies: int = 0  # stops that outlasted the lease
+    backend_kills: int = 0
+    restarts: int = 0
+
+
+class Nemesis:
+    def __init__(self, args: argparse.Namespace, rt: tenure.Runtime, cluster: Any) -> None:
+        self.args = args
+        self.rt = rt
+        self.cluster = cluster
+        self.dbname = args.dbname
+        self.rng = random.Random(args.seed + 1)
+        self.chaos = Chaos()
+        self.workers: list[WorkerProcess] = []
+        self.retired: list[WorkerProcess] = []
+        self.frozen: dict[int, float] = {}  # pid -> thaw at (monotonic)
+
+    def spawn(self) -> None:
+        self.workers.append(
+            spawn(
+                self.args.url,
+                self.args.ledger,
+                "--concurrency",
+                str(self.args.concurrency),
+                "--max-requeues",
+                str(MAX_REQUEUES),
+                lease=self.args.lease,
+            )
+        )
+
+    def holdings(self) -> dict[int, dict[str, int]]:
+        """pid -> {run id: token} of the runs each worker holds now."""
+        held: dict[int, dict[str, int]] = {}
+        for run in self.rt.runs(status=RunStatus.RUNNING, limit=100_000):
+            pid = int(run.claimed_by.split(":")[2]) if run.claimed_by.count(":") >= 3 else 0
+            held.setdefault(pid, {})[run.id] = run.lease_token
+        return held
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        for worker in self.workers:
+            thaw_at = self.frozen.get(worker.pid)
+            if thaw_at is not None and now >= thaw_at:
+                worker.thaw()
+                del self.frozen[worker.pid]
+
+    def act(self) -> None:
+        pg = self.cluster is not None
+        roll = self.rng.random()
+        halfway = len(self.chaos.kills) >= self.args.kills // 2
+        if pg and halfway and self.chaos.restarts == 0:
+            self.restart()  # at least one restart, in the middle of the chaos
+        elif pg and roll < 0.04 and self.chaos.restarts < max(1, self.args.kills // 25):
+            self.restart()
+        elif pg and roll < 0.2:
+            self.terminate_backends()
+        elif roll < 0.45:
+            self.stop()
+        else:
+            self.kill()
+
+    def _pick(self) -> WorkerProcess | None:
+        alive = [w for w in self.workers if w.pid not in self.frozen]
+        if not alive:
+            return None
+        held = self.holdings()
+        busy = [w for w in alive if held.get(w.pid)]
+        return self.rng.choice(busy or alive)
+
+    def kill(self) -> None:
+        victim = self._pick()
+        if victim is None:
+            return
+        victim.kill()
+        at = self.rt.store.now()
+        # Read after the kill: a dead worker changes nothing, and no lease can have expired
+        # since (a lease outlives the instant between kill and read).
+        held = self.holdings().get(victim.pid, {})
+        self.chaos.kills.append(Kill(victim.pid, at, held))
+        self.workers.remove(victim)
+        self.retired.append(victim)
+        self.spawn()
+
+    def stop(self) -> None:
+        victim = self._pick()
+        if victim is None:
+            return
+        length = self.rng.uniform(0.3, 3.0) * self.args.lease
+        victim.freeze()
+        self.frozen[victim.pid] = time.monotonic() + length
+        self.chaos.stops += 1
+        self.chaos.zombies += length > self.args.lease
+
+    def terminate_backends(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.cluster.url("postgres"), autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid() AND random() < 0.5",
+                (self.dbname,),
+            ).fetchall()
+        self.chaos.backend_kills += sum(1 for (done,) in rows if done)
+
+    def restart(self) -> None:
+        self.cluster.restart()
+        self.chaos.restarts += 1
+
+    def thaw_all(self) -> None:
+        for worker in self.workers:
+            if worker.pid in self.frozen:
+                worker.thaw()
+        self.frozen.clear()
+
+    def drain(self) -> None:
+        for worker in self.workers:
+            worker.proc.send_signal(signal.SIGTERM)
+        for worker in [*self.workers, *self.retired]:
+            worker.stop()
+
+
+# -- figures -------------------------------------------------------------------------------
+
+
+def recoveries(
+    rt: tenure.Runtime, kills: list[Kill]
+) -> tuple[list[float], list[float], Counter[str]]:
+    """Seconds from each kill to the reaper's requeue of each run the killed worker held,
+    and to its next claim; what else became of the runs that were not claimed again."""
+    reaped: list[float] = []
+    reclaimed: list[float] = []
+    other: Counter[str] = Counter()
+    for kill in kills:
+        for run_id, token in kill.held.items():
+            events = rt.events(run_id)
+            for e in events:
+                if e.kind is EventKind.REQUEUED and e.lease_token == token:
+                    reaped.append((e.created_at - kill.at).total_seconds())
+            claim = next(
+                (e for e in events if e.kind is EventKind.CLAIMED and e.lease_token > token),
+                None,
+            )
+            if claim is not None:
+                reclaimed.append((claim.created_at - kill.at).total_seconds())
+                continue
+            after = [e for e in events if e.lease_token == token and e.kind in _ENDINGS]
+            other[str(after[0].kind) if after else "finished before the kill"] += 1
+    return reaped, reclaimed, other
+
+
+_ENDINGS = {EventKind.DEAD_LETTERED, EventKind.ASSEMBLED, EventKind.REQUEUED}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def dead_letter_reasons(rt: tenure.Runtime, runs: list[tenure.Run]) -> Counter[str]:
+    reasons: Counter[str] = Counter()
+    for run in runs:
+        if not run.is_dead_letter:
+            continue
+        last = [e for e in rt.events(run.id) if e.kind is EventKind.DEAD_LETTERED][-1].payload
+        why = last.get("error_class") or ("fence" if run.pending_effect else "")
+        reasons[f"{run.termination_reason} ({last.get('cause')}{', ' + why if why else ''})"] += 1
+    return reasons
+
+
+# -- the soak ------------------------------------------------------------------------------
+
+
+def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
+    rt = make_app(args.url, str(args.ledger), args.lease, MAX_REQUEUES)
+    rng = random.Random(args.seed)
+    started = time.monotonic()
+    pending = requests(args.runs, rng)
+    ids: list[str] = []
+    nemesis = Nemesis(args, rt, cluster)
+    for _ in range(args.workers):
+        nemesis.spawn()
+    next_act = time.monotonic() + nemesis.rng.uniform(0.5, 1.5) * args.interval
+    deadline = time.monotonic() + FINISH_TIMEOUT_SECONDS + args.runs / (args.rate or 1e9)
+    try:
+        while time.monotonic() < deadline:
+            nemesis.tick()
+            # Runs arrive at --rate per second (all at once without one).
+            due = len(pending) if not args.rate else int((time.monotonic() - started) * args.rate)
+            if due > len(ids):
+                ids += rt.enqueue_many(pending[len(ids) : due])
+            ended = sum(r.status.is_terminal for r in rt.runs(limit=args.runs + 10))
+            if ended == args.runs and len(nemesis.chaos.kills) >= args.kills:
+                break
+            if len(nemesis.chaos.kills) < args.kills and time.monotonic() >= next_act:
+                nemesis.act()
+                next_act = time.monotonic() + nemesis.rng.uniform(0.5, 1.5) * args.interval
+            time.sleep(0.05)
+        nemesis.thaw_all()
+    finally:
+        nemesis.drain()
+    wall = time.monotonic() - started
+    runs = rt.runs(limit=args.runs + 10)
+    report = audit(
+        rt.store,
+        args.ledger,
+        max_requeues=MAX_REQUEUES,
+        worker_logs=[w.log for w in [*nemesis.workers, *nemesis.retired]],
+    )
+    reaped, recovered, other = recoveries(rt, nemesis.chaos.kills)
+    statuses = Counter(str(r.status) for r in runs)
+    chaos = nemesis.chaos
+    result = {
+        "store": args.store,
+        "runs": len(ids),
+        "arrival_per_s": args.rate or "all at once",
+        "workers": args.workers,
+        "concurrency": args.concurrency,
+        "lease_seconds": args.lease,
+        "kills": len(chaos.kills),
+        "stops": chaos.stops,
+        "stops_past_lease": chaos.zombies,
+        "backend_kills": chaos.backend_kills,
+        "restarts": chaos.restarts,
+        "completed": statuses.get("completed", 0),
+        "not_ended": sum(not r.status.is_terminal for r in runs),
+        "dead_lettered": dict(sorted(dead_letter_reasons(rt, runs).items())),
+        "runs_held_at_kills": sum(len(k.held) for k in chaos.kills),
+        "reclaimed": len(recovered),
+        "held_not_reclaimed": dict(other),
+        "reaped_median_s": round(statistics.median(reaped), 3) if reaped else None,
+        "reaped_p99_s": round(percentile(reaped, 0.99), 3) if reaped else None,
+        "recovery_median_s": round(statistics.median(recovered), 3) if recovered else None,
+        "recovery_p99_s": round(percentile(recovered, 0.99), 3) if recovered else None,
+        "recovery_max_s": round(max(recovered), 3) if recovered else None,
+        "ledger_writes": report.ledger_entries,
+        "interrupted_writes": report.unrecorded_writes,
+        "refused_writes": report.refused_writes,
+        "violations": report.violations,
+        "wall_seconds": round(wall, 1),
+    }
+    rt.close()
+    return result
+
+
+def show(result: dict[str, Any]) -> None:
+    width = 28
+    for key, value in result.items():
+        if key == "violations":
+            print(f"{'audit violations':<{width}} {len(value)}")
+            for v in value[:50]:
+                print(f"  VIOLATION {v}")
+        elif isinstance(value, dict):
+            print(f"{key.replace('_', ' '):<{width}} {sum(value.values())}")
+            for k, n in value.items():
+                print(f"  {k:<{width - 2}} {n}")
+        else:
+            print(f"{key.replace('_', ' '):<{width}} {value}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=4, help="per worker")
+    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--kills", type=int, default=20, help="SIGKILLs before the end")
+    parser.add_argument("--interval", type=float, default=2.0, help="mean seconds between acts")
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="runs enqueued per second (0: all at once)"
+    )
+    parser.add_argument("--lease", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="one JSON object instead")
+    args = parser.parse_args(argv)
+    # The soak's own connections see the nemesis too; their retries are expected noise.
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("psycopg").setLevel(logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="tenure-soak-") as tmp:
+        args.ledger = Path(tmp) / "ledger"
+        cluster = None
+        if args.store == "postgres":
+            from tests._postgres import Cluster, find_bindir
+
+            bindir = find_bindir()
+            if bindir is None:
+                print("PostgreSQL binaries (initdb, pg_ctl) not found", file=sys.stderr)
+                return 2
+            cluster = Cluster(bindir)
+            cluster.init()
+            cluster.start()
+            cluster.make_template()
+            args.dbname = cluster.create_database()
+            args.url = cluster.url(args.dbname)
+        else:
+            args.dbname = ""
+            args.url = f"sqlite:///{Path(tmp) / 'soak.db'}"
+        try:
+            result = soak(args, cluster)
+        finally:
+            if cluster is not None:
+                cluster.destroy()
+    if args.json:
+        print(json.dumps(result))
+    else:
+        show(result)
+    return 0 if not result["violations"] and not result["not_ended"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The chaos soak (bench/soak.py) at a small size on each store: about 200 runs and 20 kills,
+stops, and on PostgreSQL terminated backends and a server restart; zero audit violations."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .._postgres import find_bindir
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = 200
+KILLS = 20
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_chaos_soak(store: str) -> None:
+    if store == "postgres" and find_bindir() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("PostgreSQL binaries not found: CI must test PostgreSQL", pytrace=False)
+        pytest.skip("PostgreSQL binaries (initdb, pg_ctl) not found")
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "soak.py"),
+        *("--store", store, "--runs", str(RUNS), "--kills", str(KILLS)),
+        *("--workers", "3", "--interval", "0.8", "--rate", "8", "--json"),
+    ]
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=280, check=False
+    )
+    assert done.stdout.strip(), done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["violations"] == [], result["violations"][:20]
+    assert result["not_ended"] == 0
+    assert result["runs"] == RUNS and result["kills"] >= KILLS
+    assert result["completed"] > RUNS // 2
+    assert result["stops"] > 0 and result["reclaimed"] > 0
+    if store == "postgres":
+        assert result["restarts"] >= 1 and result["backend_kills"] > 0
+    assert done.returncode == 0, done.stderr[-3000:]
