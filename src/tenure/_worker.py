@@ -1,8 +1,11 @@
 """The worker loop: claim into free slots, execute segments on threads, reap periodically,
 drain on SIGTERM/SIGINT.
 
-Claims are batched: one claim transaction fills every free slot at once. A claimed run goes
-straight to an idle slot thread, so no lease is held by a run that waits in a buffer.
+Claims are batched: one claim transaction fills every free slot and a small buffer (up to
+`prefetch` more runs), and the next claim waits until that buffer is empty, so one claim
+commit serves several runs. A buffered run holds its lease while it waits: one that waited
+longer than a quarter of its lease, or that is still waiting when the worker stops, is handed
+back to the queue (`release`, guarded by its lease) instead of being started.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ log = logging.getLogger("tenure.worker")
 
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_GRACE_SECONDS = 30.0
+# Runs claimed ahead per slot, and at least this many in all (concurrency 1 claims 4 at once).
+PREFETCH_PER_SLOT = 1
+MIN_PREFETCH = 4
+# A buffered run that waited longer than this fraction of its lease is not started.
+MAX_BUFFER_WAIT_OF_LEASE = 0.25
 _worker_numbers = itertools.count(1)
 
 
@@ -73,7 +81,9 @@ class Worker:
         self.grace_seconds = grace_seconds
         self.identity = worker_identity()
         self.stats = WorkerStats()
-        self._jobs: queue.SimpleQueue[Claimed | None] = queue.SimpleQueue()
+        self.prefetch = max(MIN_PREFETCH, PREFETCH_PER_SLOT * concurrency)
+        self._jobs: queue.SimpleQueue[tuple[Claimed, float] | None] = queue.SimpleQueue()
+        self._buffered = 0
         self._active: dict[str, Segment] = {}
         self._lock = threading.Lock()
         self._inflight = 0
@@ -123,11 +133,11 @@ class Worker:
 
     def _claim_loop(self) -> None:
         while not self._stopping.is_set():
-            free = self.concurrency - self.inflight
-            claimed: list[Claimed] = []
-            if free > 0:
-                claimed = self._claim(free)
-                if claimed:
+            with self._lock:
+                room = self.concurrency + self.prefetch - self._inflight
+                empty = self._buffered == 0
+            if empty and room > 0:
+                if self._claim(room):
                     continue
                 if self.burst and self.inflight == 0:
                     return
@@ -143,15 +153,44 @@ class Worker:
             log.warning("%s: claim failed (%s); retrying", self.identity, describe(exc))
             time.sleep(self.poll_interval)
             return []
+        now = time.monotonic()
         with self._lock:
             self._inflight += len(claimed)
+            self._buffered += len(claimed)
         self.stats.claimed += len(claimed)
         for item in claimed:
-            self._jobs.put(item)
+            self._jobs.put((item, now))
         return claimed
 
+    def _take(self) -> Claimed | None:
+        """The next buffered run a slot should start; None when the worker is done."""
+        max_wait = self.engine.settings.lease_seconds * MAX_BUFFER_WAIT_OF_LEASE
+        while (entry := self._jobs.get()) is not None:
+            item, claimed_at = entry
+            with self._lock:
+                self._buffered -= 1
+                empty = self._buffered == 0
+            if empty:
+                self._wake.set()  # the claim loop refills the buffer
+            if self._stopping.is_set() or time.monotonic() - claimed_at > max_wait:
+                self._release_unstarted(item)
+                continue
+            return item
+        return None
+
+    def _release_unstarted(self, item: Claimed) -> None:
+        try:
+            if self.engine.store.release(item.lease):
+                self.stats.released += 1
+        except StoreError as exc:  # the lease will expire and the reaper requeues it
+            log.warning("run %s: hand-back failed (%s)", item.lease.run_id, describe(exc))
+        finally:
+            with self._lock:
+                self._inflight -= 1
+            self._wake.set()
+
     def _slot(self) -> None:
-        while (item := self._jobs.get()) is not None:
+        while (item := self._take()) is not None:
             try:
                 segment = Segment(
                     self.engine,
@@ -196,7 +235,17 @@ class Worker:
     # -- drain ---------------------------------------------------------------------------
 
     def _drain(self) -> None:
-        """Wait for in-flight runs up to the grace period, then hand the rest back."""
+        """Hand back the runs not started yet; wait for the running ones up to the grace
+        period, then hand the rest back."""
+        while True:
+            try:
+                entry = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if entry is not None:
+                with self._lock:
+                    self._buffered -= 1
+                self._release_unstarted(entry[0])
         deadline = time.monotonic() + self.grace_seconds
         while self.inflight and not self._grace_over.is_set():
             remaining = deadline - time.monotonic()
