@@ -47,6 +47,7 @@ def seed_finished(store: SQLStore, n: int) -> None:
         chunk = min(left, SEED_CHUNK)
 
         def tx(cur: Cursor, chunk: int = chunk) -> None:
+            cur.execute(q["seed_cache"], {})
             cur.execute(q["seed_finished_runs"], {"n": chunk})
             cur.execute(q["seed_finished_events"], {})
             cur.execute(q["unmark_seeded"], {})

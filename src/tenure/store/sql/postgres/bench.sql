@@ -1,26 +1,35 @@
 -- Named queries for the benchmarks in bench/ only: filling a table fast, probing the commit
 -- rate. The runtime never uses them.
 
--- name: seed_finished_runs
--- %(n)s completed runs with random ids, marked by their output so their events can follow.
-INSERT INTO tenure_runs (id, queue, status, termination_reason, claimed_by, lease_token,
-                         available_at, output, last_sequence, created_at, started_at,
-                         finished_at, updated_at)
-SELECT gen_random_uuid()::text, 'default', 'completed', 'completed', '', 1,
-       {now}, 'seeded', 3, {now}, {now}, {now}, {now}
-  FROM generate_series(1, %(n)s);
+-- name: seed_cache
+-- Nothing to set: the server's shared buffers serve every connection.
+SELECT 1;
 
--- name: seed_finished_events
--- The four events of every run seeded since the last call: request, claimed, llm, assembled.
+-- name: seed_finished_runs
+-- %(n)s completed runs with random ids, each with the four events of a one-step run
+-- (request, claimed, llm, assembled), in one statement.
+WITH runs AS (
+    INSERT INTO tenure_runs (id, queue, status, termination_reason, claimed_by, lease_token,
+                             available_at, output, last_sequence, created_at, started_at,
+                             finished_at, updated_at)
+    SELECT gen_random_uuid()::text, 'default', 'completed', 'completed', '', 1,
+           {now}, 'ok', 3, {now}, {now}, {now}, {now}
+      FROM generate_series(1, %(n)s)
+    RETURNING id
+)
 INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
-SELECT r.id, e.sequence, 0, CASE WHEN e.sequence = 0 THEN 0 ELSE 1 END, e.kind, '{}', {now}
-  FROM tenure_runs r
+SELECT runs.id, e.sequence, 0, CASE WHEN e.sequence = 0 THEN 0 ELSE 1 END, e.kind, '{}', {now}
+  FROM runs
  CROSS JOIN (VALUES (0, 'request'), (1, 'claimed'), (2, 'llm'), (3, 'assembled'))
        AS e (sequence, kind)
- WHERE r.output = 'seeded';
+ ORDER BY runs.id, e.sequence;
+
+-- name: seed_finished_events
+-- Written with the runs above.
+SELECT 1;
 
 -- name: unmark_seeded
-UPDATE tenure_runs SET output = 'ok' WHERE output = 'seeded';
+SELECT 1;
 
 -- name: probe_table
 CREATE TABLE IF NOT EXISTS tenure_bench_probe (id integer PRIMARY KEY, n bigint NOT NULL);
