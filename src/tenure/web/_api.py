@@ -66,7 +66,8 @@ def writer(request: Request, _: Bearer) -> Caller:
     return web_of(request).security.writer(request)
 
 
-def revealing(request: Request, caller: Caller, reveal: bool) -> bool:
+def revealing(request: Request, reveal: bool) -> bool:
+    """`reveal=true` is for token holders only, even when anyone may read."""
     if reveal:
         web_of(request).security.revealer(request)
     return reveal
@@ -156,14 +157,14 @@ def list_runs(
     ] = None,
     reveal: Reveal = False,
 ) -> dict[str, Any]:
-    reveal = revealing(request, caller, reveal)
+    reveal = revealing(request, reveal)
     runs, next_cursor = web_of(request).page(status, reason, queue, limit, cursor)
     return {"runs": [_views.run_json(r, reveal=reveal) for r in runs], "next_cursor": next_cursor}
 
 
 @router.get("/runs/{run_id}", summary="One run")
 def get_run(request: Request, run_id: RunId, caller: Reader, reveal: Reveal = False) -> Any:
-    reveal = revealing(request, caller, reveal)
+    reveal = revealing(request, reveal)
     return _views.run_json(web_of(request).run(run_id), reveal=reveal)
 
 
@@ -175,7 +176,7 @@ def get_events(
     after: Annotated[int, Query(ge=-1, le=2**62)] = -1,
     reveal: Reveal = False,
 ) -> list[dict[str, Any]]:
-    reveal = revealing(request, caller, reveal)
+    reveal = revealing(request, reveal)
     web = web_of(request)
     web.run(run_id)
     return [_views.event_json(e, reveal=reveal) for e in web.runtime.events(run_id, after)]
@@ -194,7 +195,7 @@ def stream_events(
     after: Annotated[int, Query(ge=-1, le=2**62)] = -1,
     reveal: Reveal = False,
 ) -> StreamingResponse:
-    reveal = revealing(request, caller, reveal)
+    reveal = revealing(request, reveal)
     web = web_of(request)
     web.run(run_id)
     last_id = request.headers.get("last-event-id", "")
@@ -238,7 +239,7 @@ async def _follow(
 def redrive_plan(
     request: Request, run_id: RunId, caller: Reader, reveal: Reveal = False
 ) -> dict[str, Any]:
-    reveal = revealing(request, caller, reveal)
+    reveal = revealing(request, reveal)
     return web_of(request).plan(run_id, reveal=reveal).to_json()
 
 
@@ -322,7 +323,7 @@ def pending(
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     reveal: Reveal = False,
 ) -> list[dict[str, Any]]:
-    reveal = revealing(request, caller, reveal)
+    reveal = revealing(request, reveal)
     rt: Any = web_of(request).runtime
     out = []
     for run in rt.pending(limit=limit):
@@ -338,7 +339,7 @@ def pending(
 def pending_calls(
     request: Request, run_id: RunId, caller: Reader, reveal: Reveal = False
 ) -> list[dict[str, Any]]:
-    reveal = revealing(request, caller, reveal)
+    reveal = revealing(request, reveal)
     web = web_of(request)
     web.run(run_id)
     rt: Any = web.runtime

@@ -126,10 +126,6 @@ def error_page(request: Request, status: int, message: str, headers: Any = None)
         return HTMLResponse("<!doctype html><title>error</title>error", status_code=status)
 
 
-class LoginRequired(Exception):
-    pass
-
-
 def _reader(request: Request) -> Caller | RedirectResponse:
     web = web_of(request)
     caller = web.security.caller(request)

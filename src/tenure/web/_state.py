@@ -13,6 +13,7 @@ from fastapi import HTTPException, Request
 
 from tenure import Run, RunStatus, Runtime, TerminationReason
 from tenure._types import DEAD_LETTER_REASONS, ToolEffect
+from tenure.store._base import Store
 from tenure.web import _views
 from tenure.web._metrics import Metrics
 from tenure.web._security import Caller, Security
@@ -43,7 +44,7 @@ class Web:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store:
         return self.runtime.store
 
     # -- reads -----------------------------------------------------------------------------
