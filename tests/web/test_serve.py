@@ -68,6 +68,15 @@ def _serve(tmp_path: Path, token: str | None, *extra: str) -> tuple[subprocess.P
 
 
 @pytest.fixture
+def served_proc(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    proc, url = _serve(tmp_path, TOKEN)
+    yield proc, url
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate(timeout=15)
+
+
+@pytest.fixture
 def served(tmp_path: Path) -> Iterator[str]:
     proc, url = _serve(tmp_path, TOKEN)
     yield url
@@ -142,3 +151,39 @@ def test_work_in_the_server_process_shows_its_segments_on_metrics(tmp_path: Path
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "in this process" in err
+
+
+def test_a_stop_does_not_wait_for_a_followed_run(
+    served_proc: tuple[subprocess.Popen[str], str],
+) -> None:
+    proc, url = served_proc
+    created = httpx.post(
+        f"{url}/api/runs", json={"prompt": "p", "script": [{"say": "hi"}]}, headers=AUTH
+    )
+    run_id = created.json()["id"]  # queued, and nobody works it: its stream stays open
+    lines: list[str] = []
+
+    def follow() -> None:
+        try:
+            with httpx.stream(
+                "GET", f"{url}/api/runs/{run_id}/events/stream", headers=AUTH, timeout=30
+            ) as response:
+                for line in response.iter_lines():
+                    lines.append(line)
+        except httpx.HTTPError:
+            pass
+
+    import threading
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    deadline = time.monotonic() + 10
+    while not any(line.startswith("data:") for line in lines):
+        assert time.monotonic() < deadline, "no event arrived"
+        time.sleep(0.05)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert time.monotonic() - started < 15
+    reader.join(10)

@@ -13,6 +13,7 @@ from tenure.cli._app import CliError, Context, UsageError
 from tenure.cli._output import err
 
 TOKEN_VARIABLE = "TENURE_API_TOKEN"
+GRACEFUL_SHUTDOWN_SECONDS = 3.0
 
 
 def serve(ctx: Context, args: argparse.Namespace) -> int:
@@ -64,6 +65,8 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
             log_level="warning",
             access_log=False,
             proxy_headers=False,
+            # An event stream follows its run until the run ends: a stop does not wait that long.
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         )
     finally:
         if worker is not None and thread is not None:
