@@ -13,7 +13,7 @@ from tenure.cli._app import CliError, Context, UsageError
 from tenure.cli._output import err
 
 TOKEN_VARIABLE = "TENURE_API_TOKEN"
-GRACEFUL_SHUTDOWN_SECONDS = 3.0
+GRACEFUL_SHUTDOWN_SECONDS = 3
 
 
 def serve(ctx: Context, args: argparse.Namespace) -> int:
