@@ -101,7 +101,14 @@ def page(browser: Any, server: Server) -> Iterator[Any]:
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+
+    def on_console(message: Any) -> None:
+        # Script errors and CSP refusals fail the test; an HTTP error status a test provokes
+        # on purpose ("Failed to load resource") does not.
+        if message.type == "error" and not message.text.startswith("Failed to load resource"):
+            errors.append(message.text)
+
+    pg.on("console", on_console)
     pg.set_default_timeout(10_000)
     yield pg
     context.close()
@@ -228,3 +235,29 @@ def test_a_run_page_follows_the_live_run(page: Any, rt: tenure.Runtime) -> None:
     finally:
         worker.join()
     shot(page, "followed")
+
+
+def test_another_site_cannot_post_the_dashboards_forms(
+    page: Any, server: Server, rt: tenure.Runtime, seeded: Seeded
+) -> None:
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse
+    from starlette.routing import Route
+
+    target = f"{server.url}/runs/{seeded.dead}/redrive"
+
+    def attack(request: Any) -> HTMLResponse:
+        return HTMLResponse(
+            f'<form method="post" action="{target}"><input type="hidden" name="csrf" '
+            'value="guessed"><button id="go">win a prize</button></form>'
+        )
+
+    log_in(page)  # the operator's browser holds a valid session
+    with Server(Starlette(routes=[Route("/", attack)])) as evil:
+        page.goto(evil.url.replace("127.0.0.1", "localhost") + "/")
+        with page.expect_navigation():
+            page.click("#go")
+        # Refused three times over: cross-site, no session cookie (SameSite), no CSRF token.
+        assert "cross-site form submissions are refused" in page.content()
+    assert rt.status(seeded.dead).is_dead_letter  # type: ignore[union-attr]
+    shot(page, "csrf_refused")
