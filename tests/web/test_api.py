@@ -261,3 +261,13 @@ def test_api_on_every_store(db_url: str) -> None:
             assert 'tenure_runs{status="queued"} 2.0' in metrics
     finally:
         runtime.close()
+
+
+def test_an_event_stream_resumes_after_the_last_event_id(
+    client: TestClient, seeded: Seeded
+) -> None:
+    url = f"/api/runs/{seeded.completed}/events/stream"
+    with client.stream("GET", url, headers={**AUTH, "Last-Event-ID": "3"}) as r:
+        body = r.read().decode()
+    sequences = [json.loads(d)["sequence"] for k, d in _sse(body) if k == "event"]
+    assert sequences and sequences[0] == 4

@@ -186,3 +186,15 @@ def test_pages_answer_errors_with_an_error_page(client: TestClient) -> None:
     bad = client.get("/?status=sleeping")
     assert bad.status_code == 400 and "sleeping" in bad.text
     assert client.get("/runs/%00bad").status_code == 422
+
+
+def test_public_read_pages_show_no_content_and_no_forms(
+    make_client: Callable[..., TestClient], seeded: Seeded
+) -> None:
+    client = make_client(public_read=True)
+    page = client.get(f"/runs/{seeded.completed}")
+    assert page.status_code == 200 and SECRET not in page.text and "gold plan" not in page.text
+    assert "<form" not in page.text.replace('action="/logout"', "")
+    assert client.get(f"/runs/{seeded.completed}?reveal=true").status_code == 401
+    plan = client.get(f"/runs/{seeded.dead}/redrive")
+    assert plan.status_code == 200 and "Log in" in plan.text and 'action="/runs/' not in plan.text
