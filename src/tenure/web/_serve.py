@@ -14,6 +14,8 @@ from tenure.cli._output import err
 
 TOKEN_VARIABLE = "TENURE_API_TOKEN"
 GRACEFUL_SHUTDOWN_SECONDS = 3
+# Shorter tokens are accepted with a warning: guessing is the only attack on them.
+MIN_TOKEN_LENGTH = 16
 
 
 def serve(ctx: Context, args: argparse.Namespace) -> int:
@@ -43,6 +45,11 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("tenure").setLevel(logging.INFO)
+    if token and len(token) < MIN_TOKEN_LENGTH:
+        err.print(
+            f"warning: {TOKEN_VARIABLE} is short ({len(token)} characters); "
+            "use 32 random characters or more"
+        )
     mode = "reads and writes need the bearer token" if token else "read-only (no token)"
     if token and args.public_read:
         mode = "anyone may read; writes need the bearer token"
