@@ -131,7 +131,7 @@ def durable(url: str, k: int, runs: int) -> tuple[float, int, int]:
 
 
 def main() -> None:
-    args = c.parser(__doc__.splitlines()[0], default_size=200, quick_size=3).parse_args()
+    args = c.parser(__doc__.splitlines()[0], default_size=100, quick_size=3).parse_args()
     runs, times = c.size_and_repeat(args)
     table = c.Table(f"steps: ms per step, {runs} runs each, concurrency 1")
     commits = c.Table("steps: commits per step (write transactions)")
