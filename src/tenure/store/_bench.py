@@ -56,6 +56,18 @@ def seed_finished(store: SQLStore, n: int) -> None:
         left -= chunk
 
 
+def quiesce(store: SQLStore) -> None:
+    """After a bulk fill, catch up on the maintenance a database does in the background."""
+    dialect, q = _dialect(store)
+    conn = (_sqlite_connect(store) if dialect == "sqlite" else _postgres_connect(store))()
+    try:
+        conn.execute(q["quiesce"]).fetchall()
+        if dialect == "postgres":
+            conn.execute(q["checkpoint"])
+    finally:
+        conn.close()
+
+
 def transactions(store: SQLStore) -> int:
     """PostgreSQL's count of committed transactions in this database; -1 on SQLite."""
     _, q = _dialect(store)

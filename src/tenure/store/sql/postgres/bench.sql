@@ -45,3 +45,11 @@ UPDATE tenure_bench_probe SET n = n + 1 WHERE id = %(id)s;
 -- Transactions committed in this database so far (reads included); the statistics are
 -- flushed by each backend at most once a second, so wait before reading a delta.
 SELECT xact_commit FROM pg_stat_database WHERE datname = current_database();
+
+-- name: quiesce
+-- After a bulk fill: what autovacuum and the checkpointer would have done by the time a
+-- table got that big, done now rather than in the middle of the measurement that follows.
+VACUUM (ANALYZE) tenure_runs, tenure_events;
+
+-- name: checkpoint
+CHECKPOINT;

@@ -42,3 +42,8 @@ UPDATE tenure_bench_probe SET n = n + 1 WHERE id = :id;
 -- name: transactions
 -- SQLite keeps no such count.
 SELECT -1;
+
+-- name: quiesce
+-- After a bulk fill: write the WAL back into the database file and empty it, so that the
+-- fill's checkpoint does not land in the middle of the measurement that follows.
+PRAGMA wal_checkpoint(TRUNCATE);
