@@ -26,6 +26,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -123,6 +124,7 @@ class Nemesis:
         self.workers: list[WorkerProcess] = []
         self.retired: list[WorkerProcess] = []
         self.frozen: dict[int, float] = {}  # pid -> thaw at (monotonic)
+        self.lock = threading.Lock()
 
     def spawn(self) -> None:
         self.workers.append(
@@ -144,14 +146,6 @@ class Nemesis:
             pid = int(run.claimed_by.split(":")[2]) if run.claimed_by.count(":") >= 3 else 0
             held.setdefault(pid, {})[run.id] = run.lease_token
         return held
-
-    def tick(self) -> None:
-        now = time.monotonic()
-        for worker in self.workers:
-            thaw_at = self.frozen.get(worker.pid)
-            if thaw_at is not None and now >= thaw_at:
-                worker.thaw()
-                del self.frozen[worker.pid]
 
     def act(self) -> None:
         pg = self.cluster is not None
@@ -196,7 +190,12 @@ class Nemesis:
             return
         length = self.rng.uniform(0.3, 3.0) * self.args.lease
         victim.freeze()
+        # Thawed by a timer, not by this loop: a worker frozen inside a SQLite write
+        # transaction blocks every writer, this loop's enqueues included, until it thaws.
         self.frozen[victim.pid] = time.monotonic() + length
+        timer = threading.Timer(length, self._thaw, (victim,))
+        timer.daemon = True
+        timer.start()
         self.chaos.stops += 1
         self.chaos.zombies += length > self.args.lease
 
@@ -215,11 +214,16 @@ class Nemesis:
         self.cluster.restart()
         self.chaos.restarts += 1
 
-    def thaw_all(self) -> None:
-        for worker in self.workers:
-            if worker.pid in self.frozen:
+    def _thaw(self, worker: WorkerProcess) -> None:
+        with self.lock:
+            if self.frozen.pop(worker.pid, None) is not None:
                 worker.thaw()
-        self.frozen.clear()
+
+    def thaw_all(self) -> None:
+        with self.lock:
+            for worker in self.workers:
+                if self.frozen.pop(worker.pid, None) is not None:
+                    worker.thaw()
 
     def drain(self) -> None:
         for worker in self.workers:
@@ -292,7 +296,6 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
     deadline = time.monotonic() + FINISH_TIMEOUT_SECONDS + args.runs / (args.rate or 1e9)
     try:
         while time.monotonic() < deadline:
-            nemesis.tick()
             # Runs arrive at --rate per second (all at once without one).
             due = len(pending) if not args.rate else int((time.monotonic() - started) * args.rate)
             if due > len(ids):
