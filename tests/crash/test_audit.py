@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import tenure
 from tenure import RunRequest, ToolContext, ToolEffect
@@ -30,11 +31,11 @@ def _app(make_runtime: Callable[..., tenure.Runtime], ledger: list[LedgerEntry])
     return rt
 
 
-def _request(*turns: dict[str, object]) -> RunRequest:
+def _request(*turns: dict[str, Any]) -> RunRequest:
     return RunRequest(prompt="p", model="scripted", tools=["charge", "save"], script=list(turns))
 
 
-CHARGE = {"call": [{"tool": "charge", "args": {"amount": 5}}, {"tool": "save"}]}
+CHARGE: dict[str, Any] = {"call": [{"tool": "charge", "args": {"amount": 5}}, {"tool": "save"}]}
 
 
 def _workload(rt: tenure.Runtime) -> list[str]:
