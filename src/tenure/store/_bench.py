@@ -61,7 +61,7 @@ def quiesce(store: SQLStore) -> None:
     dialect, q = _dialect(store)
     conn = (_sqlite_connect(store) if dialect == "sqlite" else _postgres_connect(store))()
     try:
-        conn.execute(q["quiesce"]).fetchall()
+        conn.execute(q["quiesce"])
         if dialect == "postgres":
             conn.execute(q["checkpoint"])
     finally:
