@@ -60,6 +60,7 @@ LEASE_LOST_MARK = "lease_lost"
 MAX_RUNS = 10_000_000
 _OWNER_KINDS = frozenset({EventKind.LLM, EventKind.TOOL, EventKind.ASSEMBLED})
 _CHARGED_CAUSES = frozenset({"failure", "stale"})
+_HUMAN_KINDS = frozenset({EventKind.APPROVAL, EventKind.INPUT})
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,10 @@ class _Walk:
         self.problems.append(f"run {self.run_id} event {event.sequence} ({event.kind}): {message}")
 
     def see(self, event: Event) -> None:
-        if event.lease_token != self.token and event.kind is not EventKind.CLAIMED:
+        # A person's decision that claims the continuation at once is written in the claim's
+        # transaction, just before its `claimed` event, under the new token.
+        ahead = event.kind in _HUMAN_KINDS and event.lease_token == self.token + 1
+        if event.lease_token != self.token and event.kind is not EventKind.CLAIMED and not ahead:
             self.flag(
                 event,
                 f"written under token {event.lease_token}, the run's token was {self.token}",
