@@ -8,9 +8,11 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rich.progress import Progress, SpinnerColumn, TextColumn
 from rich.text import Text
 
 from tenure import (
@@ -233,6 +235,20 @@ def _redrive_one(app: Runtime, run_id: str, force: bool) -> int:
 
 
 def _redrive_all(app: Runtime) -> int:
+    # A live count on a terminal (stderr, so that piped output stays the plain summary).
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("redriving dead letters: {task.completed} looked at"),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+    with progress:
+        task = progress.add_task("redrive", total=None)
+        return _redrive_pages(app, lambda: progress.advance(task))
+
+
+def _redrive_pages(app: Runtime, tick: Callable[[], None]) -> int:
     redriven = fenced = refused = 0
     seen: set[str] = set()
     for reason in (TerminationReason.RETRIES_EXHAUSTED, TerminationReason.NOT_RETRYABLE):
@@ -246,6 +262,7 @@ def _redrive_all(app: Runtime) -> int:
             if not page:
                 break
             for found in page:
+                tick()
                 seen.add(found.id)
                 if found.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE:
                     fenced += 1
