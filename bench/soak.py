@@ -5,7 +5,8 @@
 N scripted runs of 3 to 10 steps (reads, idempotent and non-idempotent writes, model time,
 injected provider failures of every class) are worked by worker processes
 (`python -m tests.apps`) while a nemesis, every `--interval` seconds on average, SIGKILLs a
-worker (a new one replaces it), or SIGSTOPs one for up to three leases and thaws it, and on
+worker (a new one replaces it), SIGTERMs one (it drains: a short grace, then its in-flight
+runs are handed back), or SIGSTOPs one for up to three leases and thaws it, and on
 PostgreSQL terminates the workers' backends or restarts the server (a private cluster from
 `tests/_postgres.py`). When the kills are done and every run has ended, the workers drain and
 `tenure.audit` checks the database and the external ledger that the `pay` tool writes.
@@ -48,6 +49,7 @@ RETRYABLE = ["connection", "timeout", "rate_limit", "server_error", "circuit_ope
 NOT_RETRYABLE = ["auth", "configuration", "client_error", "unknown"]
 MAX_REQUEUES = 5
 FINISH_TIMEOUT_SECONDS = 300.0
+DRAIN_GRACE_SECONDS = 0.3
 
 
 # -- the workload --------------------------------------------------------------------------
@@ -111,6 +113,7 @@ class Chaos:
     zombies: int = 0  # stops that outlasted the lease
     backend_kills: int = 0
     restarts: int = 0
+    drains: int = 0  # SIGTERM: in-flight runs get a short grace, then are handed back
 
 
 class Nemesis:
@@ -135,6 +138,8 @@ class Nemesis:
                 str(self.args.concurrency),
                 "--max-requeues",
                 str(MAX_REQUEUES),
+                "--grace",
+                str(DRAIN_GRACE_SECONDS),
                 lease=self.args.lease,
             )
         )
@@ -157,8 +162,10 @@ class Nemesis:
             self.restart()
         elif pg and roll < 0.2:
             self.terminate_backends()
-        elif roll < 0.45:
+        elif roll < 0.3:
             self.stop()
+        elif roll < 0.4:
+            self.drain_one()
         else:
             self.kill()
 
@@ -182,6 +189,16 @@ class Nemesis:
         self.chaos.kills.append(Kill(victim.pid, at, held))
         self.workers.remove(victim)
         self.retired.append(victim)
+        self.spawn()
+
+    def drain_one(self) -> None:
+        victim = self._pick()
+        if victim is None:
+            return
+        victim.proc.send_signal(signal.SIGTERM)  # it drains and exits on its own
+        self.workers.remove(victim)
+        self.retired.append(victim)
+        self.chaos.drains += 1
         self.spawn()
 
     def stop(self) -> None:
@@ -280,6 +297,17 @@ def dead_letter_reasons(rt: tenure.Runtime, runs: list[tenure.Run]) -> Counter[s
     return reasons
 
 
+def handed_back(rt: tenure.Runtime, runs: list[tenure.Run]) -> int:
+    """Runs handed back to the queue without charging the budget (`requeued`, cause `drain`):
+    by a draining worker, or by any worker for a prefetched run that waited too long."""
+    return sum(
+        1
+        for run in runs
+        for e in rt.events(run.id)
+        if e.kind is EventKind.REQUEUED and e.payload.get("cause") == "drain"
+    )
+
+
 # -- the soak ------------------------------------------------------------------------------
 
 
@@ -333,6 +361,8 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
         "stops_past_lease": chaos.zombies,
         "backend_kills": chaos.backend_kills,
         "restarts": chaos.restarts,
+        "drains": chaos.drains,
+        "handed_back": handed_back(rt, runs),
         "completed": statuses.get("completed", 0),
         "not_ended": sum(not r.status.is_terminal for r in runs),
         "dead_lettered": dict(sorted(dead_letter_reasons(rt, runs).items())),
