@@ -63,6 +63,7 @@ class Point:
     completes: bool  # else dead-lettered not_retryable with the fence standing
     ledger_lines: int  # per run
     hold_writes: bool = False
+    starts: int | None = None  # per run, how often its write tool started, if it matters
 
 
 @dataclass
@@ -107,18 +108,21 @@ POINTS = {
         lambda s, r: s.marks(r, "started") == 1,
         completes=False,
         ledger_lines=0,
+        starts=1,
     ),
     "effect": Point(
         lambda _: [READ, pay(hold=30.0), {"say": "paid"}],
         lambda s, r: any(e.run_id == r for e in read_ledger(s.ledger)),
         completes=False,
         ledger_lines=1,
+        starts=1,
     ),
     "returned": Point(
         lambda _: [READ, pay(slow_return=30.0), {"say": "paid"}],
         lambda s, r: s.marks(r, "returned") == 1,
         completes=False,
         ledger_lines=1,
+        starts=1,
     ),
     "returned_idempotent": Point(
         lambda _: [
@@ -129,6 +133,7 @@ POINTS = {
         lambda s, r: s.marks(r, "returned") == 1,
         completes=True,
         ledger_lines=0,
+        starts=2,  # an idempotent write is run again, under the same key
     ),
     "settle": Point(
         lambda _: [READ, pay(), {"sleep": MODEL_SLEEP}, {"say": "paid"}],
@@ -219,6 +224,8 @@ def _check(sweep: Sweep, point: Point, ids: list[str]) -> None:
         reads = [e for e in events if e.kind is EventKind.TOOL and e.payload["name"] == "read"]
         assert len(reads) == 1
         assert lines[run_id] == point.ledger_lines
+        if point.starts is not None:
+            assert sweep.marks(run_id, "started") == point.starts
     report = audit(rt.store, sweep.ledger, stranded_after=5)
     assert report.ok, report.summary()
     assert report.unrecorded_writes == (0 if point.completes else sum(lines.values()))
