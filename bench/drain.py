@@ -90,7 +90,13 @@ def sqlite_runs(
             e, d, _ = measure("dbos", sqlite, n, conc, times)
             if conc == 1:
                 enqueue.add("DBOS/SQLite", "enqueue/s", e, baseline=tenure_enq)
-            runs.add("DBOS/SQLite", f"runs/s c={conc}", d, baseline=tenure[conc])
+            runs.add(
+                "DBOS/SQLite",
+                f"runs/s c={conc}",
+                d,
+                baseline=tenure[conc],
+                note=f"{min(n, DBOS_MAX_JOBS)} jobs",
+            )
     elif peers:
         runs.missing("DBOS/SQLite", "runs/s")
 
