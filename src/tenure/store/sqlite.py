@@ -74,6 +74,11 @@ class SQLiteStore(SQLStore):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        # The threads of one process take turns at writing here, before BEGIN IMMEDIATE: a
+        # thread that finds SQLite's writer lock taken sleeps in its busy handler (1, 2, 5,
+        # 10 ms ...) even when the holder commits microseconds later; a thread waiting on
+        # this lock wakes as soon as it is free. Other processes still meet SQLite's lock.
+        self._writer = threading.Lock()
         self._closed = False
 
     # -- connections ---------------------------------------------------------------------
@@ -156,16 +161,17 @@ class SQLiteStore(SQLStore):
 
         def once() -> T:
             conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(conn.cursor())
-            except sqlite3.IntegrityError as exc:
-                conn.execute("ROLLBACK")
-                raise StoreError(f"database {self.path!r} refused the write: {exc}") from exc
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+            with self._writer:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = fn(conn.cursor())
+                except sqlite3.IntegrityError as exc:
+                    conn.execute("ROLLBACK")
+                    raise StoreError(f"database {self.path!r} refused the write: {exc}") from exc
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
             return result
 
         return self._retrying(once)
