@@ -11,6 +11,7 @@ back to the queue (`release`, guarded by its lease) instead of being started.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -40,6 +41,8 @@ PREFETCH_PER_SLOT = 1
 MIN_PREFETCH = 4
 # A buffered run that waited longer than this fraction of its lease is not started.
 MAX_BUFFER_WAIT_OF_LEASE = 0.25
+# How often a drain tries release, then a fenced dead-letter, while its segment still runs.
+HAND_BACK_ATTEMPTS = 3
 _worker_numbers = itertools.count(1)
 
 
@@ -261,18 +264,25 @@ class Worker:
     def _hand_back(self, segment: Segment) -> None:
         # `release` refuses a run whose non-idempotent fence stands (in the same UPDATE, so a
         # fence stamped this instant is seen): that run is dead-lettered instead, because
-        # the write may be happening right now.
+        # the write may be happening right now. The segment is still running, though: its
+        # write may finish and clear the fence between the two statements, so the
+        # dead-letter applies only while the fence stands, and a refused pair is tried
+        # again. Both refused every time: the run is no longer ours (it ended, or left us).
         store = self.engine.store
-        if store.release(segment.lease):
-            self.stats.released += 1
-            log.info("run %s handed back to the queue (drain)", segment.run_id)
-            return
         verdict = _policy.drain(ToolEffect.NON_IDEMPOTENT_WRITE)
         assert verdict is not None
-        # Guarded by our lease: if the run finished or left us meanwhile, this applies to nothing.
-        settlement = _dead_letter(verdict, FailureClass.UNKNOWN, verdict.why, "drain")
-        if store.settle(segment.lease, settlement) is not None:
-            log.warning("run %s dead-lettered on drain: %s", segment.run_id, verdict.why)
+        settlement = dataclasses.replace(
+            _dead_letter(verdict, FailureClass.UNKNOWN, verdict.why, "drain"),
+            only_while_fenced=ToolEffect.NON_IDEMPOTENT_WRITE,
+        )
+        for _ in range(HAND_BACK_ATTEMPTS):
+            if store.release(segment.lease):
+                self.stats.released += 1
+                log.info("run %s handed back to the queue (drain)", segment.run_id)
+                return
+            if store.settle(segment.lease, settlement) is not None:
+                log.warning("run %s dead-lettered on drain: %s", segment.run_id, verdict.why)
+                return
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:

@@ -71,6 +71,9 @@ class Settlement:
     error: str = ""
     events: Sequence[NewEvent] = field(default_factory=tuple)
     usage: Usage = field(default_factory=Usage)
+    # Applies only while this fence stands (a drain dead-letters a run for its write in
+    # flight; once that write is recorded and its fence cleared, the reason is gone).
+    only_while_fenced: ToolEffect | None = None
 
     @property
     def is_dead_letter(self) -> bool:

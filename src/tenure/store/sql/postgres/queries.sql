@@ -158,7 +158,8 @@ UPDATE tenure_runs
 RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
 -- name: settle
--- A terminal state under the owner's lease. A dead-letter keeps request and fence.
+-- A terminal state under the owner's lease (and, when :fence is set, only while that fence
+-- stands). A dead-letter keeps request and fence.
 UPDATE tenure_runs
    SET status = %(status)s, termination_reason = %(reason)s, output = %(output)s,
        error_class = %(error_class)s, error = %(error)s, claimed_by = '',
@@ -172,6 +173,7 @@ UPDATE tenure_runs
        last_sequence = last_sequence + %(n)s, finished_at = {now}, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s
+   AND (%(fence)s::text = '' OR pending_effect = %(fence)s::text)
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: cancel

@@ -106,7 +106,8 @@ UPDATE tenure_runs
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: settle
--- A terminal state under the owner's lease. A dead-letter keeps request and fence.
+-- A terminal state under the owner's lease (and, when :fence is set, only while that fence
+-- stands). A dead-letter keeps request and fence.
 UPDATE tenure_runs
    SET status = :status, termination_reason = :reason, output = :output,
        error_class = :error_class, error = :error, claimed_by = '', lease_expires = NULL,
@@ -118,6 +119,7 @@ UPDATE tenure_runs
        output_tokens = output_tokens + :output_tokens, cost = cost + :cost,
        last_sequence = last_sequence + :n, finished_at = {now}, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND (:fence = '' OR pending_effect = :fence)
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: cancel
