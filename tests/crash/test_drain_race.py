@@ -92,3 +92,9 @@ def test_a_drain_does_not_dead_letter_a_write_that_was_recorded(
     assert [e.payload["name"] for e in rt.events(run_id) if e.kind is EventKind.TOOL] == ["pay"]
     report = audit(rt.store)
     assert report.ok, report.summary()
+    # The handed-back segment still runs on its slot thread until its next write is refused;
+    # let it stop before the store closes.
+    deadline = time.monotonic() + 10
+    while worker.inflight and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert worker.inflight == 0
