@@ -96,10 +96,12 @@ UPDATE tenure_runs
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: release
+-- `available_at` keeps its (past) value: the run goes back to its old place at the
+-- head of the queue instead of behind everything enqueued since it was claimed.
 -- A draining worker hands the run back without charging the budget; never while a
 -- non-idempotent write is in flight (that run is dead-lettered instead).
 UPDATE tenure_runs
-   SET status = 'queued', available_at = {now}, claimed_by = '', lease_expires = NULL,
+   SET status = 'queued', claimed_by = '', lease_expires = NULL,
        pending_effect = '', last_sequence = last_sequence + 1, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
    AND pending_effect <> 'non_idempotent_write'
@@ -141,9 +143,11 @@ SELECT id, lease_token, pending_effect, request IS NOT NULL, requeue_count
  LIMIT :limit;
 
 -- name: requeue_stale
+-- `available_at` keeps its (past) value: the run goes back to its old place at the
+-- head of the queue instead of behind everything enqueued since it was claimed.
 -- Staleness and the token seen are re-checked here: a heartbeat that landed since wins.
 UPDATE tenure_runs
-   SET status = 'queued', requeue_count = requeue_count + 1, available_at = {now},
+   SET status = 'queued', requeue_count = requeue_count + 1,
        claimed_by = '', lease_expires = NULL, pending_effect = '',
        error_class = 'timeout', error = :error,
        last_sequence = last_sequence + 1, updated_at = {now}
