@@ -1,11 +1,13 @@
 """The worker loop: claim into free slots, execute segments on threads, reap periodically,
 drain on SIGTERM/SIGINT.
 
-Claims are batched: one claim transaction fills every free slot and a small buffer (up to
-`prefetch` more runs), and the next claim waits until that buffer is empty, so one claim
-commit serves several runs. A buffered run holds its lease while it waits: one that waited
-longer than a quarter of its lease, or that is still waiting when the worker stops, is handed
-back to the queue (`release`, guarded by its lease) instead of being started.
+Claims are batched: one claim transaction fills every free slot and, while recent runs have
+been short, a small buffer (up to `prefetch` more runs); the next claim waits until that
+buffer is empty, so one claim commit serves several runs. Runs that take seconds (most agent
+runs) are not claimed ahead: a buffered run would hold a lease that another worker could use.
+A buffered run holds its lease while it waits: one that waited longer than a quarter of its
+lease, or that is still waiting when the worker stops, is handed back to the queue
+(`release`, guarded by its lease) instead of being started.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ DEFAULT_GRACE_SECONDS = 30.0
 # Runs claimed ahead per slot, and at least this many in all (concurrency 1 claims 4 at once).
 PREFETCH_PER_SLOT = 1
 MIN_PREFETCH = 4
+# Claim ahead only while segments take less than this on average (an EWMA of recent ones).
+PREFETCH_BELOW_SECONDS = 0.05
+SEGMENT_EWMA_WEIGHT = 0.2
 # A buffered run that waited longer than this fraction of its lease is not started.
 MAX_BUFFER_WAIT_OF_LEASE = 0.25
 # How often a drain tries release, then a fenced dead-letter, while its segment still runs.
@@ -87,6 +92,7 @@ class Worker:
         self.prefetch = max(MIN_PREFETCH, PREFETCH_PER_SLOT * concurrency)
         self._jobs: queue.SimpleQueue[tuple[Claimed, float] | None] = queue.SimpleQueue()
         self._buffered = 0
+        self._segment_seconds: float | None = None  # EWMA; None until a segment ended
         self._active: dict[str, Segment] = {}
         self._lock = threading.Lock()
         self._inflight = 0
@@ -137,7 +143,7 @@ class Worker:
     def _claim_loop(self) -> None:
         while not self._stopping.is_set():
             with self._lock:
-                room = self.concurrency + self.prefetch - self._inflight
+                room = self.concurrency + self._prefetch_now() - self._inflight
                 empty = self._buffered == 0
             if empty and room > 0:
                 if self._claim(room):
@@ -164,6 +170,18 @@ class Worker:
         for item in claimed:
             self._jobs.put((item, now))
         return claimed
+
+    def _prefetch_now(self) -> int:
+        """Runs to claim ahead now: only while recent segments have been short."""
+        recent = self._segment_seconds
+        return self.prefetch if recent is not None and recent < PREFETCH_BELOW_SECONDS else 0
+
+    def _timed(self, seconds: float) -> None:
+        with self._lock:
+            recent = self._segment_seconds
+            self._segment_seconds = (
+                seconds if recent is None else recent + SEGMENT_EWMA_WEIGHT * (seconds - recent)
+            )
 
     def _take(self) -> Claimed | None:
         """The next buffered run a slot should start; None when the worker is done."""
@@ -205,7 +223,9 @@ class Worker:
                 )
                 with self._lock:
                     self._active[item.lease.run_id] = segment
+                started = time.monotonic()
                 result = segment.execute()
+                self._timed(time.monotonic() - started)
                 self.stats.count(result.outcome)
                 if result.outcome is Outcome.LEASE_LOST:
                     # A refused write leaves no row; this line is its only trace (the audit
