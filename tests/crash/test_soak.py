@@ -42,5 +42,7 @@ def test_chaos_soak(store: str) -> None:
     assert result["completed"] > RUNS // 2
     assert result["stops"] > 0 and result["reclaimed"] > 0
     if store == "postgres":
-        assert result["restarts"] >= 1 and result["backend_kills"] > 0
+        # Terminating backends can hit none at that instant (all connections idle in the
+        # pool); killed connections are tested deterministically in tests/store/.
+        assert result["restarts"] >= 1
     assert done.returncode == 0, done.stderr[-3000:]
