@@ -215,13 +215,13 @@ def _statements(script: str) -> Iterator[str]:
     for line in script.splitlines(keepends=True):
         buffer += line
         if sqlite3.complete_statement(buffer):
-            statement = buffer.strip()
-            buffer = ""
-            if statement and not all(
-                ln.strip().startswith("--") or not ln.strip() for ln in statement.splitlines()
-            ):
+            statement, buffer = buffer.strip(), ""
+            if not _only_comments(statement):
                 yield statement
-    if buffer.strip() and not all(
-        ln.strip().startswith("--") or not ln.strip() for ln in buffer.splitlines()
-    ):
+    if not _only_comments(buffer):
         raise StoreError("migration script ends inside a statement")
+
+
+def _only_comments(text: str) -> bool:
+    """Whether `text` holds nothing but blank lines and `--` comments."""
+    return all(not ln.strip() or ln.strip().startswith("--") for ln in text.splitlines())
