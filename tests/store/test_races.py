@@ -211,3 +211,73 @@ def test_same_owner_name_with_an_old_token_is_a_zombie_too(store: Store) -> None
     second = claim_one(store, "worker:same").lease
     assert store.record_step(Lease(run_id, "worker:same", first.token, 0), 30, [step()]) is None
     assert store.record_step(second, 30, [step()]) is not None
+
+
+def test_batched_settle_vs_cancel_each_run_has_one_winner(store: Store) -> None:
+    """A worker settling several runs in one transaction races a cancel of each of them."""
+    outcomes: Counter[str] = Counter()
+    for _ in range(ROUNDS):
+        ids = [enqueue(store) for _ in range(3)]
+        leases = [c.lease for c in store.claim("worker:a", None, 30, 3)]
+        cancels = [lambda r=r: store.cancel(r) for r in ids]
+        settles = [(lease, completed()) for lease in leases]
+        batch, *cancelled = race(
+            lambda settles=settles: store.settle_and_claim(settles, "worker:a", None, 30, 0)[0],
+            *cancels,
+        )
+        by_id = dict(zip([lease.run_id for lease in leases], batch, strict=True))
+        for run_id, was_cancelled in zip(ids, cancelled, strict=True):
+            settled = by_id[run_id] is not None
+            assert settled != was_cancelled, "exactly one of the batch and the cancel wins"
+            run = store.get_run(run_id)
+            assert run is not None
+            assert run.status is (RunStatus.COMPLETED if settled else RunStatus.CANCELLED)
+            outcomes["settle" if settled else "cancel"] += 1
+    assert sum(outcomes.values()) == 3 * ROUNDS
+
+
+def test_batched_settle_vs_reaper_the_requeued_run_is_not_settled(store: Store) -> None:
+    """A lease that expired before the batch commits: the reaper or the batch wins, never
+    both, and a run the reaper requeued keeps no trace of the late settle."""
+    for _ in range(ROUNDS):
+        run_id = enqueue(store)
+        claimed = store.claim_run(run_id, "worker:a", SHORT_LEASE)
+        assert claimed is not None
+        lease = claimed.lease
+        expire()
+        seen = stale_for(store, run_id)
+        batch, requeued = race(
+            lambda lease=lease: store.settle_and_claim(
+                [(lease, completed())], "worker:a", None, 30, 0
+            )[0][0],
+            lambda r=run_id, t=seen.lease_token: store.requeue_stale(r, t),
+        )
+        assert (batch is not None) != requeued
+        run = store.get_run(run_id)
+        assert run is not None
+        assert run.status is (RunStatus.QUEUED if requeued else RunStatus.COMPLETED)
+        kinds = [e.kind for e in store.events(run_id)]
+        assert (EventKind.ASSEMBLED in kinds) != requeued
+
+
+def test_batched_claims_of_two_workers_never_share_a_run(store: Store) -> None:
+    ids = {enqueue(store) for _ in range(40)}
+    got: dict[str, list[str]] = {"worker:a": [], "worker:b": []}
+
+    def work(owner: str) -> None:
+        held: list[Lease] = []
+        while True:
+            _, claimed = store.settle_and_claim(
+                [(lease, completed()) for lease in held], owner, None, 30, 3
+            )
+            if not claimed and not held:
+                return
+            held = [c.lease for c in claimed]
+            got[owner].extend(lease.run_id for lease in held)
+
+    race(lambda: work("worker:a"), lambda: work("worker:b"))
+    assert not set(got["worker:a"]) & set(got["worker:b"])
+    assert set(got["worker:a"]) | set(got["worker:b"]) == ids
+    for run_id in ids:
+        run = store.get_run(run_id)
+        assert run is not None and run.status is RunStatus.COMPLETED

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tenure._errors import StoreError
 from tenure._types import EventKind, FailureClass, RunStatus, TerminationReason, ToolEffect
 from tenure.store import Lease, Settlement, Store
 
@@ -402,3 +403,75 @@ def test_events_record_the_token_they_were_written_under(store: Store) -> None:
         ("llm", 2),
         ("assembled", 2),
     ]
+
+
+def test_settle_and_claim_settles_each_run_under_its_own_guard_then_claims(
+    store: Store,
+) -> None:
+    mine, stolen, cancelled = (enqueue(store) for _ in range(3))
+    leases = {c.lease.run_id: c.lease for c in store.claim("worker:a", None, 30, 3)}
+    assert set(leases) == {mine, stolen, cancelled}
+    # `stolen` changed hands (its lease expired and another worker took it); `cancelled`
+    # was cancelled. Neither settle may apply; the first must.
+    expired_lease = Lease(stolen, "worker:a", leases[stolen].token + 1, 1)
+    assert store.cancel(cancelled)
+    waiting = [enqueue(store) for _ in range(3)]
+    results, claimed = store.settle_and_claim(
+        [
+            (leases[mine], completed("1")),
+            (expired_lease, completed("2")),
+            (leases[cancelled], completed("3")),
+        ],
+        "worker:a",
+        None,
+        30,
+        2,
+    )
+    assert results[0] is not None and results[1] is None and results[2] is None
+    run = store.get_run(mine)
+    assert run is not None and run.status is RunStatus.COMPLETED and run.output == "1"
+    assert sequences(store, mine) == [0, 1, 2] and kinds(store, mine)[-1] == "assembled"
+    assert results[0] == [2]
+    stolen_run = store.get_run(stolen)
+    assert stolen_run is not None and stolen_run.status is RunStatus.RUNNING
+    assert "assembled" not in kinds(store, stolen)
+    gone = store.get_run(cancelled)
+    assert gone is not None and gone.status is RunStatus.CANCELLED
+    assert "assembled" not in kinds(store, cancelled)
+    assert [c.lease.run_id for c in claimed] == waiting[:2]
+    assert all(kinds(store, c.lease.run_id) == ["request", "claimed"] for c in claimed)
+
+
+def test_settle_and_claim_without_settles_or_without_a_claim(store: Store) -> None:
+    first = enqueue(store)
+    results, claimed = store.settle_and_claim([], "worker:a", None, 30, 5)
+    assert results == [] and [c.lease.run_id for c in claimed] == [first]
+    second = enqueue(store)
+    results, claimed = store.settle_and_claim(
+        [(claimed[0].lease, completed())], "worker:a", None, 30, 0
+    )
+    assert results[0] is not None and claimed == []
+    run = store.get_run(second)
+    assert run is not None and run.status is RunStatus.QUEUED
+
+
+def test_settle_and_claim_is_one_transaction_a_refused_settle_applies_nothing(
+    store: Store,
+) -> None:
+    ok, bad = enqueue(store), enqueue(store)
+    leases = {c.lease.run_id: c.lease for c in store.claim("worker:a", None, 30, 2)}
+    waiting = enqueue(store)
+    # A terminal reason on a running row breaks the schema's own CHECK: the database
+    # refuses that statement, and with it the whole transaction.
+    impossible = Settlement(RunStatus.RUNNING, TerminationReason.COMPLETED)
+    with pytest.raises(StoreError):
+        store.settle_and_claim(
+            [(leases[ok], completed()), (leases[bad], impossible)], "worker:a", None, 30, 1
+        )
+    for run_id in (ok, bad):
+        run = store.get_run(run_id)
+        assert run is not None and run.status is RunStatus.RUNNING
+        assert kinds(store, run_id) == ["request", "claimed"]
+    queued = store.get_run(waiting)
+    assert queued is not None and queued.status is RunStatus.QUEUED
+    assert kinds(store, waiting) == ["request"]

@@ -139,6 +139,20 @@ class Store(Protocol):
     def settle(self, lease: Lease, settlement: Settlement) -> list[int] | None:
         """The terminal state and its events; their sequences, or None if not ours."""
 
+    def settle_and_claim(
+        self,
+        settles: Sequence[tuple[Lease, Settlement]],
+        owner: str,
+        queues: Sequence[str] | None,
+        lease_seconds: float,
+        limit: int,
+    ) -> tuple[list[list[int] | None], list[Claimed]]:
+        """Several settles, then a claim of up to `limit` runs, in one transaction.
+
+        Each settle is guarded on its own exactly as `settle` is (None where not ours); the
+        claim is `claim`'s. A worker commits the ends of its finished runs and takes new
+        ones with one commit. Raises if the transaction fails: then nothing applied."""
+
     def cancel(self, run_id: str) -> bool: ...
 
     def suspend(

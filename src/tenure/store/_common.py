@@ -126,14 +126,22 @@ class SQLStore(ABC):
         events. Events of an owner's write carry the owner's lease, not the row's: if a guard
         ever let a stale owner through, the audit would see the stale token."""
 
-        def tx(cur: Cursor) -> list[int] | None:
-            row = cur.execute(self._q[name], params).fetchone()
-            if row is None:
-                return None
-            attempt, token = (lease.attempt, lease.token) if lease else (row[1], row[2])
-            return self._append(cur, run_id, row[0], attempt, token, events)
+        return self._write(lambda cur: self._guarded_in(cur, name, params, run_id, events, lease))
 
-        return self._write(tx)
+    def _guarded_in(
+        self,
+        cur: Cursor,
+        name: str,
+        params: dict[str, Any],
+        run_id: str,
+        events: Sequence[NewEvent],
+        lease: Lease | None = None,
+    ) -> list[int] | None:
+        row = cur.execute(self._q[name], params).fetchone()
+        if row is None:
+            return None
+        attempt, token = (lease.attempt, lease.token) if lease else (row[1], row[2])
+        return self._append(cur, run_id, row[0], attempt, token, events)
 
     @staticmethod
     def _lease_params(lease: Lease) -> dict[str, Any]:
@@ -207,18 +215,24 @@ class SQLStore(ABC):
             )
         return out
 
-    def claim(
+    def _claim_params(
         self, owner: str, queues: Sequence[str] | None, lease_seconds: float, limit: int
-    ) -> list[Claimed]:
-        params = {
+    ) -> dict[str, Any]:
+        return {
             "owner": owner,
             "lease": lease_seconds,
             "limit": limit,
             "queues": self._queues_param(queues),
         }
-        return self._write(
-            lambda cur: self._claimed(cur, cur.execute(self._q["claim"], params).fetchall(), owner)
-        )
+
+    def _claim_in(self, cur: Cursor, owner: str, params: dict[str, Any]) -> list[Claimed]:
+        return self._claimed(cur, cur.execute(self._q["claim"], params).fetchall(), owner)
+
+    def claim(
+        self, owner: str, queues: Sequence[str] | None, lease_seconds: float, limit: int
+    ) -> list[Claimed]:
+        params = self._claim_params(owner, queues, lease_seconds, limit)
+        return self._write(lambda cur: self._claim_in(cur, owner, params))
 
     def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> Claimed | None:
         params = {"id": run_id, "owner": owner, "lease": lease_seconds}
@@ -278,8 +292,8 @@ class SQLStore(ABC):
             is not None
         )
 
-    def settle(self, lease: Lease, settlement: Settlement) -> list[int] | None:
-        params = {
+    def _settle_params(self, lease: Lease, settlement: Settlement) -> dict[str, Any]:
+        return {
             **self._lease_params(lease),
             "status": str(settlement.status),
             "reason": str(settlement.reason),
@@ -293,7 +307,30 @@ class SQLStore(ABC):
             "output_tokens": settlement.usage.output_tokens,
             "cost": settlement.usage.cost,
         }
+
+    def settle(self, lease: Lease, settlement: Settlement) -> list[int] | None:
+        params = self._settle_params(lease, settlement)
         return self._guarded("settle", params, lease.run_id, settlement.events, lease)
+
+    def settle_and_claim(
+        self,
+        settles: Sequence[tuple[Lease, Settlement]],
+        owner: str,
+        queues: Sequence[str] | None,
+        lease_seconds: float,
+        limit: int,
+    ) -> tuple[list[list[int] | None], list[Claimed]]:
+        work = [(lease, s, self._settle_params(lease, s)) for lease, s in settles]
+        claim = self._claim_params(owner, queues, lease_seconds, limit) if limit > 0 else None
+
+        def tx(cur: Cursor) -> tuple[list[list[int] | None], list[Claimed]]:
+            settled = [
+                self._guarded_in(cur, "settle", params, lease.run_id, s.events, lease)
+                for lease, s, params in work
+            ]
+            return settled, ([] if claim is None else self._claim_in(cur, owner, claim))
+
+        return self._write(tx)
 
     def cancel(self, run_id: str) -> bool:
         event = lifecycle(EventKind.CANCELLED)
