@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -74,6 +75,11 @@ class Segment:
     request: RunRequest | None = None
     collect_steps: bool = True
     decision: str | None = None  # raw JSON of a person's decision this segment continues
+    # Where the loop's normal end goes instead of being settled here (when it accepts it):
+    # a worker commits the ends of several runs, and its next claim, in one transaction.
+    # `deferred` holds the accepted end.
+    defer: Callable[[Segment, Settlement], bool] | None = None
+    deferred: Settlement | None = None
     _fence: ToolEffect | None = None
     _written: list[int] = field(default_factory=list)
     _usage: Usage = field(default_factory=Usage)
@@ -320,7 +326,7 @@ class Segment:
     def _complete(self, reply: ModelReply, llm: NewEvent) -> RunResult:
         text = reply.text or ""
         assembled = NewEvent(EventKind.ASSEMBLED, {"output": text})
-        self._settle(
+        self._end(
             Settlement(
                 RunStatus.COMPLETED,
                 TerminationReason.COMPLETED,
@@ -333,8 +339,49 @@ class Segment:
         return self._result(Outcome.COMPLETED, output=text)
 
     def _finish(self, reason: TerminationReason) -> RunResult:
-        self._settle(Settlement(RunStatus.FAILED, reason, error=f"run ended: {reason}"))
+        self._end(Settlement(RunStatus.FAILED, reason, error=f"run ended: {reason}"))
         return self._result(Outcome.FAILED)
+
+    def _end(self, settlement: Settlement) -> None:
+        """The loop's normal end: settled now, or handed to `defer` to be committed later.
+
+        Deferring is safe because nothing of the run happens after its settle: until that
+        commits, the run stays ours under its lease, and if the worker dies first the
+        reaper requeues it exactly as if it had died one instruction earlier."""
+        if self.defer is not None:
+            self.deferred = settlement
+            if self.defer(self, settlement):
+                return
+            self.deferred = None  # refused (the worker has stopped): settled here
+        self._settle(settlement)
+
+    def settled(self, sequences: list[int] | None) -> Outcome:
+        """The outcome of a deferred settle, given what it returned."""
+        assert self.deferred is not None
+        if sequences is not None:
+            self._written.extend(sequences)
+            return _outcome_of(self.deferred)
+        try:
+            self._lost()
+        except RunCancelled:
+            return Outcome.CANCELLED
+        except Exception:  # LeaseLost, or the status read failed: the settle did not apply
+            return Outcome.LEASE_LOST
+
+    def settle_deferred(self) -> Outcome:
+        """Settle the deferred end on its own (its batch could not be committed), with this
+        segment's own failure recovery if that fails too."""
+        assert self.deferred is not None
+        self.defer = None
+        try:
+            self._settle(self.deferred)
+        except LeaseLost:
+            return Outcome.LEASE_LOST
+        except RunCancelled:
+            return Outcome.CANCELLED
+        except Exception as exc:
+            return self._recover(exc).outcome
+        return _outcome_of(self.deferred)
 
     def _settle(self, settlement: Settlement) -> None:
         sequences = self.store.settle(self.lease, settlement)
@@ -432,6 +479,10 @@ def _dead_letter(
         error=message,
         events=(event,),
     )
+
+
+def _outcome_of(settlement: Settlement) -> Outcome:
+    return Outcome.COMPLETED if settlement.status is RunStatus.COMPLETED else Outcome.FAILED
 
 
 def _llm_payload(reply: ModelReply) -> dict[str, Any]:

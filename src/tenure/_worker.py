@@ -1,13 +1,20 @@
 """The worker loop: claim into free slots, execute segments on threads, reap periodically,
 drain on SIGTERM/SIGINT.
 
-Claims are batched: one claim transaction fills every free slot and, while recent runs have
-been short, a small buffer (up to `prefetch` more runs); the next claim waits until that
-buffer is empty, so one claim commit serves several runs. Runs that take seconds (most agent
-runs) are not claimed ahead: a buffered run would hold a lease that another worker could use.
-A buffered run holds its lease while it waits: one that waited longer than a quarter of its
-lease, or that is still waiting when the worker stops, is handed back to the queue
-(`release`, guarded by its lease) instead of being started.
+One thread (the one that called `run`) does the worker's own writes: when a segment reaches
+its end it hands the settle to that thread and its slot takes the next run; the thread
+commits the ends of every run finished meanwhile, each under its own guard, and the claim
+that refills the freed slots, in one transaction (`Store.settle_and_claim`). Busy workers so
+pay one commit for several runs. Nothing of a run happens after its settle, so deferring the
+commit changes no guarantee: until it commits the run is still ours under its lease.
+
+Claims are batched too: one claim fills every free slot and, while recent runs have been
+short, a small buffer (up to `prefetch` more runs); a claim with no settle to carry waits
+until that buffer is empty, so one claim commit serves several runs. Runs that take seconds
+(most agent runs) are not claimed ahead: a buffered run would hold a lease that another
+worker could use. A buffered run holds its lease while it waits: one that waited longer than
+a quarter of its lease, or that is still waiting when the worker stops, is handed back to
+the queue (`release`, guarded by its lease) instead of being started.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from tenure._errors import StoreError
 from tenure._ladder import Engine, Segment, _dead_letter
 from tenure._reaper import Reaper
 from tenure._types import FailureClass, Outcome, ToolEffect
-from tenure.store._base import Claimed
+from tenure.store._base import Claimed, Settlement
 
 log = logging.getLogger("tenure.worker")
 
@@ -48,11 +55,22 @@ SEGMENT_EWMA_WEIGHT = 0.2
 MAX_BUFFER_WAIT_OF_LEASE = 0.25
 # How often a drain tries release, then a fenced dead-letter, while its segment still runs.
 HAND_BACK_ATTEMPTS = 3
+# An ended run's settle waits at most about this long for a commit: a slot that goes on to
+# a buffered run commits its ended runs when the buffer runs dry, and this is the backstop
+# for a slot that took a long run meanwhile.
+MAX_END_DELAY = 0.02
 _worker_numbers = itertools.count(1)
 
 
 def worker_identity() -> str:
     return f"worker:{socket.gethostname()}:{os.getpid()}:{next(_worker_numbers)}"
+
+
+@dataclass(frozen=True)
+class _Cycle:
+    settled: int
+    claimed: int
+    tried_claim: bool
 
 
 @dataclass
@@ -94,6 +112,10 @@ class Worker:
         self._buffered = 0
         self._segment_seconds: float | None = None  # EWMA; None until a segment ended
         self._active: dict[str, Segment] = {}
+        self._ended: list[Segment] = []  # segments whose deferred settle awaits its commit
+        self._ended_since = 0.0  # when the oldest of them ended
+        self._committing = threading.Lock()  # held by the one thread committing for all
+        self._closed = False  # set when the drain is over
         self._lock = threading.Lock()
         self._inflight = 0
         self._wake = threading.Event()
@@ -142,34 +164,111 @@ class Worker:
 
     def _claim_loop(self) -> None:
         while not self._stopping.is_set():
+            cycle = self._cycle(overdue_only=True)
+            if cycle is not None and (cycle.claimed or cycle.settled):
+                continue
+            if cycle is not None and cycle.tried_claim and self.burst and self.inflight == 0:
+                return
             with self._lock:
-                room = self.concurrency + self._prefetch_now() - self._inflight
-                empty = self._buffered == 0
-            if empty and room > 0:
-                if self._claim(room):
-                    continue
-                if self.burst and self.inflight == 0:
-                    return
-            self._wake.wait(self.poll_interval)
+                waiting = bool(self._ended) or self._inflight > 0
+            # While runs are in flight, look again soon: an ended run whose slot went on to
+            # a long run is committed from here once it is overdue.
+            self._wake.wait(
+                min(self.poll_interval, MAX_END_DELAY) if waiting else self.poll_interval
+            )
             self._wake.clear()
 
-    def _claim(self, limit: int) -> list[Claimed]:
+    def _defer(self, segment: Segment, settlement: Settlement) -> bool:
+        """A slot's segment ended: its settle waits for the next commit of this worker.
+        Refused once the worker has stopped: nothing would commit it."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._active.pop(segment.run_id, None)
+            if not self._ended:
+                self._ended_since = time.monotonic()
+            self._ended.append(segment)
+        return True
+
+    def _take_ended(self) -> list[Segment]:
+        with self._lock:
+            ended, self._ended = self._ended, []
+        return ended
+
+    def _cycle(self, *, overdue_only: bool = False, claim: bool = True) -> _Cycle | None:
+        """Commit the ended runs and, when the buffer is empty, claim into the free room, in
+        one transaction. Whichever thread finds work does it (a slot whose buffer ran dry,
+        or the loop of `run`); None when another thread is committing right now, which then
+        also takes what was added meanwhile. With `overdue_only`, ended runs are committed
+        only once they waited `MAX_END_DELAY` (the slots commit their own sooner)."""
+        if not self._committing.acquire(blocking=False):
+            return None
         try:
-            claimed = self.engine.store.claim(
-                self.identity, self.queues, self.engine.settings.lease_seconds, limit
+            with self._lock:
+                overdue = time.monotonic() - self._ended_since >= MAX_END_DELAY
+                if overdue_only and not overdue:
+                    ended: list[Segment] = []
+                else:
+                    ended, self._ended = self._ended, []
+                room = self.concurrency + self._prefetch_now() - self._inflight + len(ended)
+                empty = self._buffered == 0
+            claiming = claim and not self._stopping.is_set() and room > 0 and empty
+            limit = room if claiming else 0
+            claimed = self._commit(ended, limit) if ended or limit else []
+            return _Cycle(len(ended), len(claimed), claiming)
+        finally:
+            self._committing.release()
+
+    def _commit(self, ended: list[Segment], limit: int) -> list[Claimed]:
+        """Settle the runs of `ended` and claim up to `limit` more, in one transaction."""
+        store = self.engine.store
+        settles = [(segment.lease, _deferred(segment)) for segment in ended]
+        try:
+            results, claimed = store.settle_and_claim(
+                settles,
+                self.identity,
+                self.queues,
+                self.engine.settings.lease_seconds,
+                limit,
             )
-        except StoreError as exc:
-            log.warning("%s: claim failed (%s); retrying", self.identity, describe(exc))
-            time.sleep(self.poll_interval)
-            return []
+        except Exception as exc:
+            if not ended:
+                log.warning("%s: claim failed (%s); retrying", self.identity, describe(exc))
+                time.sleep(self.poll_interval)
+                return []
+            # Nothing applied. Each run is settled on its own, with its own recovery.
+            log.warning(
+                "%s: settling %d runs together failed (%s); settling them one by one",
+                self.identity,
+                len(ended),
+                describe(exc),
+            )
+            outcomes = [segment.settle_deferred() for segment in ended]
+            claimed = []
+        else:
+            outcomes = [segment.settled(r) for segment, r in zip(ended, results, strict=True)]
+        for segment, outcome in zip(ended, outcomes, strict=True):
+            self._count(segment, outcome)
         now = time.monotonic()
         with self._lock:
-            self._inflight += len(claimed)
+            self._inflight += len(claimed) - len(ended)
             self._buffered += len(claimed)
         self.stats.claimed += len(claimed)
         for item in claimed:
             self._jobs.put((item, now))
         return claimed
+
+    def _count(self, segment: Segment, outcome: Outcome) -> None:
+        self.stats.count(outcome)
+        if outcome is Outcome.LEASE_LOST:
+            # A refused write leaves no row; this line is its only trace (the audit counts
+            # them from the worker's log).
+            log.warning(
+                "run %s: lease_lost: a write under token %d was refused; the segment "
+                "stopped without writing",
+                segment.run_id,
+                segment.lease.token,
+            )
 
     def _prefetch_now(self) -> int:
         """Runs to claim ahead now: only while recent segments have been short."""
@@ -183,16 +282,23 @@ class Worker:
                 seconds if recent is None else recent + SEGMENT_EWMA_WEIGHT * (seconds - recent)
             )
 
+    def _next(self) -> tuple[Claimed, float] | None:
+        """The next buffered entry; a slot that finds the buffer empty first commits the
+        ended runs and claims more itself (no hand-off to another thread on the way)."""
+        try:
+            return self._jobs.get_nowait()
+        except queue.Empty:
+            pass
+        self._cycle()
+        return self._jobs.get()
+
     def _take(self) -> Claimed | None:
         """The next buffered run a slot should start; None when the worker is done."""
         max_wait = self.engine.settings.lease_seconds * MAX_BUFFER_WAIT_OF_LEASE
-        while (entry := self._jobs.get()) is not None:
+        while (entry := self._next()) is not None:
             item, claimed_at = entry
             with self._lock:
                 self._buffered -= 1
-                empty = self._buffered == 0
-            if empty:
-                self._wake.set()  # the claim loop refills the buffer
             if self._stopping.is_set() or time.monotonic() - claimed_at > max_wait:
                 self._release_unstarted(item)
                 continue
@@ -212,6 +318,7 @@ class Worker:
 
     def _slot(self) -> None:
         while (item := self._take()) is not None:
+            segment: Segment | None = None
             try:
                 segment = Segment(
                     self.engine,
@@ -220,28 +327,23 @@ class Worker:
                     item.requeue_count,
                     collect_steps=False,
                     decision=item.decision,
+                    defer=self._defer,
                 )
                 with self._lock:
                     self._active[item.lease.run_id] = segment
                 started = time.monotonic()
                 result = segment.execute()
                 self._timed(time.monotonic() - started)
-                self.stats.count(result.outcome)
-                if result.outcome is Outcome.LEASE_LOST:
-                    # A refused write leaves no row; this line is its only trace (the audit
-                    # counts them from the worker's log).
-                    log.warning(
-                        "run %s: lease_lost: a write under token %d was refused; the "
-                        "segment stopped without writing",
-                        item.lease.run_id,
-                        item.lease.token,
-                    )
+                if segment.deferred is None:
+                    self._count(segment, result.outcome)
             except Exception:  # a bug must not kill the slot; the lease will expire
                 log.exception("run %s: segment crashed", item.lease.run_id)
             finally:
-                with self._lock:
-                    self._active.pop(item.lease.run_id, None)
-                    self._inflight -= 1
+                if segment is None or segment.deferred is None:
+                    # A deferred end leaves the slot now and the run at its commit.
+                    with self._lock:
+                        self._active.pop(item.lease.run_id, None)
+                        self._inflight -= 1
                 self._wake.set()
 
     def _reap_loop(self) -> None:
@@ -270,9 +372,10 @@ class Worker:
                     self._buffered -= 1
                 self._release_unstarted(entry[0])
         deadline = time.monotonic() + self.grace_seconds
-        while self.inflight and not self._grace_over.is_set():
+        while True:
+            self._commit_ended()
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not self.inflight or self._grace_over.is_set() or remaining <= 0:
                 break
             self._wake.wait(min(remaining, 0.1))
             self._wake.clear()
@@ -280,6 +383,15 @@ class Worker:
             leftover = list(self._active.values())
         for segment in leftover:
             self._hand_back(segment)
+        with self._lock:
+            self._closed = True  # a segment still running from here on settles itself
+        self._commit_ended()  # runs that ended while the others were handed back
+
+    def _commit_ended(self) -> None:
+        """Commit every ended run now (waiting for a commit in progress), claiming nothing."""
+        with self._committing:
+            if ended := self._take_ended():
+                self._commit(ended, 0)
 
     def _hand_back(self, segment: Segment) -> None:
         # `release` refuses a run whose non-idempotent fence stands (in the same UPDATE, so a
@@ -326,3 +438,8 @@ class Worker:
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
+
+
+def _deferred(segment: Segment) -> Settlement:
+    assert segment.deferred is not None, "only a segment that deferred its end is committed"
+    return segment.deferred

@@ -54,6 +54,30 @@ def lifecycle(kind: EventKind, **payload: Any) -> NewEvent:
     return NewEvent(kind, payload)
 
 
+def _event_rows(
+    rows: list[dict[str, Any]],
+    run_id: str,
+    last: int,
+    attempt: int,
+    token: int,
+    events: Sequence[NewEvent],
+) -> list[int]:
+    """Add the rows of `events`, which end at sequence `last`, to `rows`; their sequences."""
+    first = last - len(events) + 1
+    rows.extend(
+        {
+            "run_id": run_id,
+            "sequence": first + i,
+            "attempt": attempt,
+            "lease_token": token,
+            "kind": str(e.kind),
+            "payload": dumps(e.payload),
+        }
+        for i, e in enumerate(events)
+    )
+    return list(range(first, last + 1))
+
+
 class SQLStore(ABC):
     url: str
     _q: dict[str, str]
@@ -97,22 +121,11 @@ class SQLStore(ABC):
         token: int,
         events: Sequence[NewEvent],
     ) -> list[int]:
-        first = last - len(events) + 1
-        cur.executemany(
-            self._q["insert_event"],
-            [
-                {
-                    "run_id": run_id,
-                    "sequence": first + i,
-                    "attempt": attempt,
-                    "lease_token": token,
-                    "kind": str(e.kind),
-                    "payload": dumps(e.payload),
-                }
-                for i, e in enumerate(events)
-            ],
-        )
-        return list(range(first, last + 1))
+        rows: list[dict[str, Any]] = []
+        sequences = _event_rows(rows, run_id, last, attempt, token, events)
+        if rows:
+            cur.executemany(self._q["insert_event"], rows)
+        return sequences
 
     def _guarded(
         self,
@@ -136,12 +149,17 @@ class SQLStore(ABC):
         run_id: str,
         events: Sequence[NewEvent],
         lease: Lease | None = None,
+        rows: list[dict[str, Any]] | None = None,
     ) -> list[int] | None:
+        """The guarded statement, then its events: inserted now, or added to `rows` for
+        the caller to insert with the rest of its transaction's events."""
         row = cur.execute(self._q[name], params).fetchone()
         if row is None:
             return None
         attempt, token = (lease.attempt, lease.token) if lease else (row[1], row[2])
-        return self._append(cur, run_id, row[0], attempt, token, events)
+        if rows is None:
+            return self._append(cur, run_id, row[0], attempt, token, events)
+        return _event_rows(rows, run_id, row[0], attempt, token, events)
 
     @staticmethod
     def _lease_params(lease: Lease) -> dict[str, Any]:
@@ -205,14 +223,20 @@ class SQLStore(ABC):
         rows: Sequence[ClaimRow],
         owner: str,
         before: Sequence[NewEvent] = (),
+        events: list[dict[str, Any]] | None = None,
     ) -> list[Claimed]:
+        """The claims of `rows`, each with its `claimed` event (inserted now, or added to
+        `events` for the caller to insert)."""
         out = []
+        pending: list[dict[str, Any]] = [] if events is None else events
         for run_id, token, attempt, request, requeue_count, last, decision in rows:
             event = lifecycle(EventKind.CLAIMED, worker=owner, lease_token=token, attempt=attempt)
-            self._append(cur, run_id, last, attempt, token, [*before, event])
+            _event_rows(pending, run_id, last, attempt, token, [*before, event])
             out.append(
                 Claimed(Lease(run_id, owner, token, attempt), request, requeue_count, decision)
             )
+        if events is None and pending:
+            cur.executemany(self._q["insert_event"], pending)
         return out
 
     def _claim_params(
@@ -225,8 +249,15 @@ class SQLStore(ABC):
             "queues": self._queues_param(queues),
         }
 
-    def _claim_in(self, cur: Cursor, owner: str, params: dict[str, Any]) -> list[Claimed]:
-        return self._claimed(cur, cur.execute(self._q["claim"], params).fetchall(), owner)
+    def _claim_in(
+        self,
+        cur: Cursor,
+        owner: str,
+        params: dict[str, Any],
+        events: list[dict[str, Any]] | None = None,
+    ) -> list[Claimed]:
+        rows = cur.execute(self._q["claim"], params).fetchall()
+        return self._claimed(cur, rows, owner, events=events)
 
     def claim(
         self, owner: str, queues: Sequence[str] | None, lease_seconds: float, limit: int
@@ -324,11 +355,15 @@ class SQLStore(ABC):
         claim = self._claim_params(owner, queues, lease_seconds, limit) if limit > 0 else None
 
         def tx(cur: Cursor) -> tuple[list[list[int] | None], list[Claimed]]:
+            events: list[dict[str, Any]] = []  # every event of the transaction, one insert
             settled = [
-                self._guarded_in(cur, "settle", params, lease.run_id, s.events, lease)
+                self._guarded_in(cur, "settle", params, lease.run_id, s.events, lease, events)
                 for lease, s, params in work
             ]
-            return settled, ([] if claim is None else self._claim_in(cur, owner, claim))
+            claimed = [] if claim is None else self._claim_in(cur, owner, claim, events)
+            if events:
+                cur.executemany(self._q["insert_event"], events)
+            return settled, claimed
 
         return self._write(tx)
 

@@ -1,0 +1,196 @@
+"""A worker commits the ends of its finished runs together, with its next claim.
+
+A slot hands its run's final settle to the next commit and goes on; these tests force what
+can go wrong in between: the lease is lost before the commit, the commit itself fails, the
+slot is busy with a long run, and the worker stops with ends not yet committed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+import tenure
+from tenure import EventKind, Outcome, RunRequest, RunStatus
+from tenure._errors import DatabaseUnavailable
+from tenure._ladder import Engine
+from tenure._reaper import Reaper
+from tenure._worker import MAX_END_DELAY, Worker
+from tenure.audit import audit
+from tenure.store import Claimed, Lease, Settlement
+
+MakeRuntime = Callable[..., tenure.Runtime]
+
+
+def say(text: str, *before: dict[str, Any]) -> RunRequest:
+    return RunRequest(prompt="p", model="scripted", script=[*before, {"say": text}])
+
+
+class BeforeEachCommit:
+    """The real store; `settle_and_claim` first calls `hook` with the settles it got."""
+
+    def __init__(self, store: Any, hook: Callable[[Sequence[tuple[Lease, Settlement]]], None]):
+        self._store, self._hook = store, hook
+        self.commits: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def settle_and_claim(
+        self,
+        settles: Sequence[tuple[Lease, Settlement]],
+        owner: str,
+        queues: Sequence[str] | None,
+        lease_seconds: float,
+        limit: int,
+    ) -> tuple[list[list[int] | None], list[Claimed]]:
+        self._hook(settles)
+        self.commits.append(len(settles))
+        return self._store.settle_and_claim(settles, owner, queues, lease_seconds, limit)  # type: ignore[no-any-return]
+
+
+def worker_on(rt: tenure.Runtime, store: Any, **kwargs: Any) -> Worker:
+    engine = rt.engine
+    kwargs.setdefault("poll_interval", 0.02)
+    return Worker(Engine(store, engine.tools, engine.models, engine.settings), **kwargs)
+
+
+def run_until_done(worker: Worker, done: Callable[[], bool], timeout: float = 20.0) -> None:
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "the runs did not end in time"
+        time.sleep(0.02)
+    worker.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_an_end_whose_lease_expired_before_its_commit_is_not_settled(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The reaper requeues the run between the end of its segment and the commit: the
+    settle loses, the first segment leaves no trace, and the run is done exactly once."""
+    lease = 0.3
+    rt = make_runtime(lease_seconds=lease)
+    run_id = rt.enqueue(say("once"))
+    stolen: list[str] = []
+
+    def steal(settles: Sequence[tuple[Lease, Settlement]]) -> None:
+        for held, _ in settles:
+            if held.run_id == run_id and not stolen:
+                # The lease runs out while the end waits; the worker's own reaper (or this
+                # one) requeues the run.
+                deadline = time.monotonic() + 10
+                while rt.status(run_id).status is RunStatus.RUNNING:  # type: ignore[union-attr]
+                    assert time.monotonic() < deadline
+                    time.sleep(lease / 4)
+                    Reaper(rt.store, 3).run_once()
+                stolen.append(held.run_id)
+
+    worker = worker_on(rt, BeforeEachCommit(rt.store, steal), concurrency=1)
+    run_until_done(worker, lambda: rt.status(run_id).status is RunStatus.COMPLETED)  # type: ignore[union-attr]
+    assert stolen == [run_id]
+    assert worker.stats.outcomes.get(str(Outcome.LEASE_LOST)) == 1
+    assert worker.stats.outcomes.get(str(Outcome.COMPLETED)) == 1
+    kinds = [e.kind for e in rt.events(run_id)]
+    assert kinds.count(EventKind.ASSEMBLED) == 1  # only the second segment's
+    assert kinds.count(EventKind.CLAIMED) == 2
+    assert audit(rt.store).ok
+
+
+def test_an_end_of_a_run_cancelled_before_its_commit_is_not_settled(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime()
+    run_id = rt.enqueue(say("never"))
+
+    def cancel(settles: Sequence[tuple[Lease, Settlement]]) -> None:
+        if any(held.run_id == run_id for held, _ in settles):
+            assert rt.cancel(run_id)
+
+    worker = worker_on(rt, BeforeEachCommit(rt.store, cancel), concurrency=1)
+    run_until_done(worker, lambda: rt.status(run_id).status is RunStatus.CANCELLED)  # type: ignore[union-attr]
+    time.sleep(0.1)
+    assert worker.stats.outcomes.get(str(Outcome.CANCELLED)) == 1
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.CANCELLED and run.output is None
+    assert EventKind.ASSEMBLED not in [e.kind for e in rt.events(run_id)]
+
+
+def test_a_commit_that_fails_settles_each_run_on_its_own(make_runtime: MakeRuntime) -> None:
+    rt = make_runtime()
+    ids = [rt.enqueue(say(f"r{i}")) for i in range(6)]
+    failed: list[int] = []
+
+    def fail_once(settles: Sequence[tuple[Lease, Settlement]]) -> None:
+        if settles and not failed:
+            failed.append(len(settles))
+            raise DatabaseUnavailable("the database went away for a moment")
+
+    worker = worker_on(rt, BeforeEachCommit(rt.store, fail_once), concurrency=2)
+
+    def all_done() -> bool:
+        return all(rt.status(r).status is RunStatus.COMPLETED for r in ids)  # type: ignore[union-attr]
+
+    run_until_done(worker, all_done)
+    assert failed and failed[0] >= 1
+    assert worker.stats.outcomes == {str(Outcome.COMPLETED): 6}
+    for run_id in ids:
+        assert [e.kind for e in rt.events(run_id)].count(EventKind.ASSEMBLED) == 1
+    assert audit(rt.store).ok
+
+
+def test_an_end_is_committed_while_its_slot_runs_a_long_run(make_runtime: MakeRuntime) -> None:
+    """Short runs are claimed ahead; the one before a long run must not wait for it."""
+    rt = make_runtime()
+    warm = [rt.enqueue(say(f"w{i}")) for i in range(30)]
+    worker = rt.worker(concurrency=1, poll_interval=0.02)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not all(rt.status(r).status is RunStatus.COMPLETED for r in warm):  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    # Segments are short now: the worker claims ahead, so these arrive in one buffer.
+    short = [rt.enqueue(say(f"s{i}")) for i in range(3)]
+    long = rt.enqueue(say("slow", {"sleep": 3.0}))
+    worker.wake()
+    while rt.status(long).status is not RunStatus.RUNNING:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    time.sleep(MAX_END_DELAY * 10)
+    assert rt.status(long).status is RunStatus.RUNNING  # type: ignore[union-attr]
+    assert all(rt.status(r).status is RunStatus.COMPLETED for r in short)  # type: ignore[union-attr]
+    worker.stop()
+    thread.join(10)
+    assert rt.status(long).status is RunStatus.COMPLETED  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_stopped_worker_commits_every_run_that_ended(
+    make_runtime: MakeRuntime, concurrency: int
+) -> None:
+    rt = make_runtime()
+    ids = [rt.enqueue(say(f"r{i}")) for i in range(300)]
+    worker = rt.worker(concurrency=concurrency, poll_interval=0.02)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while worker.stats.outcomes.get(str(Outcome.COMPLETED), 0) < 50:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    worker.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+    statuses = [rt.status(r).status for r in ids]  # type: ignore[union-attr]
+    assert RunStatus.RUNNING not in statuses, "a run was left running by a stopped worker"
+    completed = statuses.count(RunStatus.COMPLETED)
+    assert completed == worker.stats.outcomes[str(Outcome.COMPLETED)]
+    assert completed + statuses.count(RunStatus.QUEUED) == len(ids)
+    assert audit(rt.store).ok
