@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from tenure import _json
 from tenure._errors import InvalidRequest, UnknownModel
 from tenure._policy import MAX_ITERATIONS_CEILING
 from tenure._types import RunRequest
@@ -36,6 +37,7 @@ def validate(
 def _check_shape(r: RunRequest) -> None:
     _check_names(r)
     _check_limits(r)
+    _check_metadata(r)
 
 
 def _check_names(r: RunRequest) -> None:
@@ -67,12 +69,6 @@ def _check_limits(r: RunRequest) -> None:
             f"max_iterations must be an integer from 1 to {MAX_ITERATIONS_CEILING}, "
             f"got {r.max_iterations!r}"
         )
-    if not isinstance(r.metadata, dict):
-        raise InvalidRequest("metadata must be a dict")
-    try:
-        json.dumps(r.metadata)
-    except (TypeError, ValueError):
-        raise InvalidRequest("metadata must be JSON-serialisable") from None
     if r.max_tokens is not None and (not isinstance(r.max_tokens, int) or r.max_tokens <= 0):
         raise InvalidRequest("max_tokens must be a positive integer or None")
     if r.max_cost is not None and (
@@ -87,12 +83,21 @@ def to_json(request: RunRequest) -> dict[str, Any]:
     return data
 
 
+def _check_metadata(r: RunRequest) -> None:
+    if not isinstance(r.metadata, dict):
+        raise InvalidRequest("metadata must be a dict")
+    try:
+        json.dumps(r.metadata)
+    except (TypeError, ValueError):
+        raise InvalidRequest("metadata must be JSON-serialisable") from None
+
+
 def from_json(raw: str | None) -> RunRequest:
     """A stored request; a corrupt one raises InvalidRequest (the run then fails for good)."""
     if raw is None:
         raise InvalidRequest("the run has no stored request")
     try:
-        data = json.loads(raw)
+        data = _json.loads(raw)
     except ValueError as exc:
         raise InvalidRequest(f"stored request is not JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -104,11 +109,14 @@ def from_json(raw: str | None) -> RunRequest:
         request = RunRequest(**data)
     except TypeError as exc:
         raise InvalidRequest(f"stored request is incomplete: {exc}") from None
-    _check_shape(request)
-    if request.script is not None:
-        parse_script(request.script)
+    # What came from JSON is JSON: only its shape is checked again here. A script is
+    # checked where it is played (a malformed one fails the run with `configuration`).
+    _check_names(request)
+    _check_limits(request)
+    if not isinstance(request.metadata, dict):
+        raise InvalidRequest("metadata must be a dict")
     return request
 
 
 def dumps(data: dict[str, Any]) -> str:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return _json.dumps(data)

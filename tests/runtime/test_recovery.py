@@ -186,6 +186,19 @@ def test_corrupt_request_found_at_claim_fails_not_retryable(runtime: tenure.Runt
     assert "not JSON" in run.error
 
 
+def test_corrupt_script_found_at_claim_fails_not_retryable(runtime: tenure.Runtime) -> None:
+    from tenure.store import NewRun
+
+    stored = '{"prompt": "x", "model": "scripted", "script": [{"say": 1, "call": []}]}'
+    run_id, _ = runtime.store.enqueue(NewRun("corrupt-2", "default", stored, None))
+    result = runtime.run_queued(run_id)
+    assert result is not None and result.outcome is Outcome.FAILED
+    run = runtime.status(run_id)
+    assert run is not None and run.termination_reason is TerminationReason.NOT_RETRYABLE
+    assert run.error_class is FailureClass.CONFIGURATION
+    assert "script turn 0" in run.error
+
+
 def test_unknown_model_at_claim_fails_not_retryable(
     make_runtime: MakeRuntime,
 ) -> None:

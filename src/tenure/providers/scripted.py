@@ -104,7 +104,10 @@ class Scripted:
 
     def complete(self, call: ModelCall) -> ModelReply:
         raw = call.request.script
-        turns = parse_script(raw) if raw is not None else self._script
+        try:
+            turns = parse_script(raw) if raw is not None else self._script
+        except InvalidRequest as exc:  # a stored script that is no longer valid
+            raise ProviderError(FailureClass.CONFIGURATION, str(exc)) from None
         if turns is None:
             raise ProviderError(
                 FailureClass.CONFIGURATION, "Scripted model: the request carries no script"

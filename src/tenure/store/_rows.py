@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from tenure import _json
 from tenure._types import (
     Event,
     EventKind,
@@ -125,11 +126,11 @@ def event_from_row(row: Sequence[Any], time: Time) -> Event:
         sequence=int(sequence),
         attempt=int(attempt),
         kind=EventKind(kind),
-        payload=payload if isinstance(payload, dict) else json.loads(payload),
+        payload=payload if isinstance(payload, dict) else _json.loads(payload),
         created_at=_required(time, created_at),
         lease_token=int(lease_token),
     )
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _json.dumps(value)
