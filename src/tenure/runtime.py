@@ -6,6 +6,7 @@ import math
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -40,6 +41,18 @@ DEFAULT_DATABASE_URL = "sqlite:///tenure.db"
 
 def default_database_url() -> str:
     return os.environ.get("TENURE_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+def new_run_id() -> str:
+    """A UUID version 7 (RFC 9562): 48 bits of Unix milliseconds, then 74 random bits.
+
+    Ids that grow with time keep the rows and events of runs enqueued together on the same
+    few database pages, where random ids would scatter every batch's writes over the whole
+    table; and they sort by age."""
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
+    value = value & ~(0x3 << 62) | 0x2 << 62  # the RFC 9562 variant
+    return str(uuid.UUID(int=value))
 
 
 def _check_decider(who: str, execute: str) -> None:
@@ -184,7 +197,7 @@ class Runtime:
     def _new_run(request: RunRequest, *, interactive: bool, delay: float = 0.0) -> NewRun:
         data = _requests.to_json(request)
         return NewRun(
-            run_id=str(uuid.uuid4()),
+            run_id=new_run_id(),
             queue=request.queue,
             request=None if interactive else _requests.dumps(data),
             idempotency_key=request.idempotency_key,
