@@ -475,3 +475,36 @@ def test_settle_and_claim_is_one_transaction_a_refused_settle_applies_nothing(
     queued = store.get_run(waiting)
     assert queued is not None and queued.status is RunStatus.QUEUED
     assert kinds(store, waiting) == ["request"]
+
+
+def test_settle_and_claim_with_an_old_and_a_new_lease_of_one_run_settles_the_new_one(
+    store: Store,
+) -> None:
+    """A run handed back and claimed again by the same worker can end twice in one batch:
+    under its old token (refused) and its new one (applied)."""
+    run_id = enqueue(store)
+    old = claim_one(store).lease
+    assert store.release(old)
+    new = claim_one(store).lease
+    assert new.run_id == run_id and new.token == old.token + 1
+    others = [enqueue(store) for _ in range(2)]
+    other_leases = store.claim("worker:a", None, 30, 2)
+    assert [c.lease.run_id for c in other_leases] == others
+    results, _ = store.settle_and_claim(
+        [
+            (old, completed("old")),
+            (new, completed("new")),
+            *((c.lease, completed("other")) for c in other_leases),
+        ],
+        "worker:a",
+        None,
+        30,
+        0,
+    )
+    assert results[0] is None and results[1] is not None
+    assert all(r is not None for r in results[2:])
+    run = store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED and run.output == "new"
+    assembled = [e for e in store.events(run_id) if e.kind is EventKind.ASSEMBLED]
+    assert [(e.payload["output"], e.lease_token) for e in assembled] == [("new", new.token)]
+    assert sequences(store, run_id) == list(range(len(sequences(store, run_id))))

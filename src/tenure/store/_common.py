@@ -356,16 +356,39 @@ class SQLStore(ABC):
 
         def tx(cur: Cursor) -> tuple[list[list[int] | None], list[Claimed]]:
             events: list[dict[str, Any]] = []  # every event of the transaction, one insert
-            settled = [
-                self._guarded_in(cur, "settle", params, lease.run_id, s.events, lease, events)
-                for lease, s, params in work
-            ]
+            settled = self._settle_batch_in(cur, work, events)
             claimed = [] if claim is None else self._claim_in(cur, owner, claim, events)
             if events:
                 cur.executemany(self._q["insert_event"], events)
             return settled, claimed
 
         return self._write(tx)
+
+    def _settle_batch_in(
+        self,
+        cur: Cursor,
+        work: Sequence[tuple[Lease, Settlement, dict[str, Any]]],
+        events: list[dict[str, Any]],
+    ) -> list[list[int] | None]:
+        """Settle every run of `work` with one statement (one alone: `settle` itself)."""
+        if len(work) == 1:
+            ((lease, s, params),) = work
+            return [self._guarded_in(cur, "settle", params, lease.run_id, s.events, lease, events)]
+        rows = cur.execute(
+            self._q["settle_batch"], {"batch": dumps([params for _, _, params in work])}
+        ).fetchall()
+        last = {(run_id, int(token)): int(sequence) for run_id, token, sequence in rows}
+        out: list[list[int] | None] = []
+        for lease, s, _ in work:
+            sequence = last.get((lease.run_id, lease.token))
+            out.append(
+                None
+                if sequence is None
+                else _event_rows(
+                    events, lease.run_id, sequence, lease.attempt, lease.token, s.events
+                )
+            )
+        return out
 
     def cancel(self, run_id: str) -> bool:
         event = lifecycle(EventKind.CANCELLED)

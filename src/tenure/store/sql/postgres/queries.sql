@@ -178,6 +178,30 @@ UPDATE tenure_runs
    AND (%(fence)s::text = '' OR pending_effect = %(fence)s::text)
 RETURNING last_sequence, attempt, lease_token;
 
+-- name: settle_batch
+-- `settle` for several runs in one statement: %(batch)s is a JSON array of objects with the
+-- parameters of `settle`, each row guarded exactly as there. (A run may appear twice, under
+-- an old token and a new one: only the row whose token matches can apply.)
+UPDATE tenure_runs r
+   SET status = b.status, termination_reason = b.reason, output = b.output,
+       error_class = b.error_class, error = b.error, claimed_by = '',
+       lease_expires = NULL,
+       request = CASE WHEN b.keep THEN r.request ELSE NULL END,
+       pending_effect = CASE WHEN b.keep THEN r.pending_effect ELSE '' END,
+       decision = CASE WHEN b.keep THEN r.decision ELSE NULL END, waiting = NULL,
+       wait_deadline = NULL,
+       input_tokens = r.input_tokens + b.input_tokens,
+       output_tokens = r.output_tokens + b.output_tokens, cost = r.cost + b.cost,
+       last_sequence = r.last_sequence + b.n, finished_at = {now}, updated_at = {now}
+  FROM json_to_recordset(%(batch)s::json) AS b(
+           id text, owner text, token bigint, status text, reason text, output text,
+           error_class text, error text, keep boolean, fence text, n integer,
+           input_tokens bigint, output_tokens bigint, cost double precision)
+ WHERE r.id = b.id AND r.status = 'running' AND r.claimed_by = b.owner
+   AND r.lease_token = b.token
+   AND (b.fence = '' OR r.pending_effect = b.fence)
+RETURNING r.id, r.lease_token, r.last_sequence;
+
 -- name: cancel
 -- Any non-terminal run; the fence stays as evidence of a write that may have happened.
 UPDATE tenure_runs

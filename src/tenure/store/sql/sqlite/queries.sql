@@ -124,6 +124,35 @@ UPDATE tenure_runs
    AND (:fence = '' OR pending_effect = :fence)
 RETURNING last_sequence, attempt, lease_token;
 
+-- name: settle_batch
+-- `settle` for several runs in one statement: :batch is a JSON array of objects with the
+-- parameters of `settle`, each row guarded exactly as there. (A run may appear twice, under
+-- an old token and a new one: only the row whose token matches can apply.) INDEXED BY: the
+-- planner would otherwise scan the running rows once per batch entry.
+UPDATE tenure_runs INDEXED BY sqlite_autoindex_tenure_runs_1
+   SET status = json_extract(b.value, '$.status'),
+       termination_reason = json_extract(b.value, '$.reason'),
+       output = json_extract(b.value, '$.output'),
+       error_class = json_extract(b.value, '$.error_class'),
+       error = json_extract(b.value, '$.error'), claimed_by = '', lease_expires = NULL,
+       request = CASE WHEN json_extract(b.value, '$.keep') THEN request ELSE NULL END,
+       pending_effect = CASE WHEN json_extract(b.value, '$.keep') THEN pending_effect
+                             ELSE '' END,
+       decision = CASE WHEN json_extract(b.value, '$.keep') THEN decision ELSE NULL END,
+       waiting = NULL, wait_deadline = NULL,
+       input_tokens = input_tokens + json_extract(b.value, '$.input_tokens'),
+       output_tokens = output_tokens + json_extract(b.value, '$.output_tokens'),
+       cost = cost + json_extract(b.value, '$.cost'),
+       last_sequence = last_sequence + json_extract(b.value, '$.n'),
+       finished_at = {now}, updated_at = {now}
+  FROM json_each(:batch) AS b
+ WHERE tenure_runs.id = json_extract(b.value, '$.id') AND status = 'running'
+   AND claimed_by = json_extract(b.value, '$.owner')
+   AND lease_token = json_extract(b.value, '$.token')
+   AND (json_extract(b.value, '$.fence') = ''
+        OR pending_effect = json_extract(b.value, '$.fence'))
+RETURNING id, lease_token, last_sequence;
+
 -- name: cancel
 -- Any non-terminal run; the fence stays as evidence of a write that may have happened.
 UPDATE tenure_runs
