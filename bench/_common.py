@@ -47,6 +47,7 @@ def parser(description: str, default_size: int, quick_size: int) -> argparse.Arg
     p.add_argument("--repeat", type=int, default=DEFAULT_REPEAT, help="repetitions (>= 3)")
     p.add_argument("--postgres", default=None, help="a PostgreSQL URL (default: private cluster)")
     p.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    p.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
     p.add_argument("--no-peers", action="store_true", help="tenure rows only")
     p.set_defaults(default_size=default_size, quick_size=quick_size)
     return p

@@ -45,8 +45,9 @@ def main() -> None:
     n, times = c.size_and_repeat(args)
     enqueue = c.Table(f"drain: enqueue/s, {n} jobs one call each")
     runs = c.Table(f"drain: runs/s, {n} jobs, one worker process")
-    with c.scratch_dir() as tmp:
-        sqlite_runs(tmp, n, times, not args.no_peers, enqueue, runs)
+    if not args.no_sqlite:
+        with c.scratch_dir() as tmp:
+            sqlite_runs(tmp, n, times, not args.no_peers, enqueue, runs)
     with c.maybe_postgres(args) as pg:
         if pg is None:
             runs.missing("tenure/PostgreSQL", "runs/s", "PostgreSQL not available")
