@@ -2,13 +2,15 @@
 
     python bench/growth.py [--size 1000000] [--repeat 3] [--quick] [--postgres URL]
 
-Scenarios, each on a fresh database: 0, SIZE/10 and SIZE finished runs in the table (each
+Scenarios, each on its own database: 0, SIZE/10 and SIZE finished runs in the table (each
 with the four events of a one-step run, inserted in bulk by a store helper), and a backlog of
 SIZE/10 queued runs. After the fill comes the background maintenance a table that size would
-have had: a WAL checkpoint (SQLite), VACUUM ANALYZE and a CHECKPOINT (PostgreSQL). In each:
-the latency of `claim` of one run (p50 and p99 over CLAIMS claims, in this process), then the
-drain rate of DRAIN more trivial runs by a worker process at concurrency 8 (behind the
-backlog: the first DRAIN runs of it). The ratio column compares with the empty table.
+have had: a WAL checkpoint (SQLite), VACUUM ANALYZE and a CHECKPOINT (PostgreSQL). All are
+filled first; each repetition then measures every scenario in turn, so the machine's noise
+falls on all of them alike: the latency of `claim` of one run (p50 and p99 over CLAIMS
+claims, in this process), then the drain rate of DRAIN more trivial runs by a worker process
+at concurrency 8 (behind the backlog: the first DRAIN runs of it). The ratio column compares
+with the empty table.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from _child import tenure_runtime, trivial
 
 from tenure.store import _bench
 
-CLAIMS = 1000
+Measures = tuple[c.Series, c.Series, c.Series]  # claim p50, claim p99, drain rate
+
+CLAIMS = 2000
 DRAIN = 3000
 ENQUEUE_BATCH = 5000
 
@@ -48,24 +52,15 @@ def claim_latencies(url: str, claims: int, enqueue: bool) -> list[float]:
         return out
 
 
-def scenario(
-    url: str, finished: int, backlog: int, claims: int, drain_n: int, times: int
-) -> tuple[c.Series, c.Series, c.Series]:
-    began = time.perf_counter()
-    fill(url, finished, backlog)
-    print(
-        f"  filled {finished:,} finished, {backlog:,} queued in {time.perf_counter() - began:.0f}s"
-    )
-    p50, p99, rate = c.Series(), c.Series(), c.Series()
-    for _ in range(times):
-        lat = claim_latencies(url, claims, enqueue=backlog == 0)
-        p50.add(c.pick(lat, 0.5))
-        p99.add(c.pick(lat, 0.99))
-        if backlog == 0:
-            c.child("enqueue", "tenure", url, drain_n)
-        d = c.child("drain_some", "tenure", url, drain_n, 8)
-        rate.add(drain_n / d["seconds"])
-    return p50, p99, rate
+def measure(url: str, backlog: int, claims: int, drain_n: int, into: Measures) -> None:
+    """One repetition on a filled database: claim latencies, then a drain."""
+    lat = claim_latencies(url, claims, enqueue=backlog == 0)
+    into[0].add(c.pick(lat, 0.5))
+    into[1].add(c.pick(lat, 0.99))
+    if backlog == 0:
+        c.child("enqueue", "tenure", url, drain_n)
+    d = c.child("drain_some", "tenure", url, drain_n, 8)
+    into[2].add(drain_n / d["seconds"])
 
 
 def main() -> None:
@@ -92,12 +87,20 @@ def main() -> None:
                 f"growth on {name}: claim latency (ms, {claims} claims) and drain "
                 f"(runs/s, {drain_n} runs, c=8)"
             )
-            base: tuple[c.Series, c.Series, c.Series] | None = None
+            # Every scenario is filled first, then measured in turn in each repetition: the
+            # machine's noise (other load, reclaim) falls on all of them alike.
+            urls = []
             for label, finished, backlog in scenarios:
-                print(f"{name}: {label}")
-                p50, p99, rate = scenario(url_for(), finished, backlog, claims, drain_n, times)
-                if base is None:
-                    base = (p50, p99, rate)
+                began = time.perf_counter()
+                urls.append(url_for())
+                fill(urls[-1], finished, backlog)
+                print(f"{name}: {label} filled in {time.perf_counter() - began:.0f}s")
+            measures = [(c.Series(), c.Series(), c.Series()) for _ in scenarios]
+            for _ in range(times):
+                for url, (_, _, backlog), into in zip(urls, scenarios, measures, strict=True):
+                    measure(url, backlog, claims, drain_n, into)
+            base = measures[0]
+            for (label, _, _), (p50, p99, rate) in zip(scenarios, measures, strict=True):
                 table.add(
                     label,
                     "claim p50 ms",
