@@ -260,14 +260,31 @@ class ObservedStore:
 
     def settle(self, lease: Lease, settlement: Settlement) -> list[int] | None:
         sequences = self.inner.settle(lease, settlement)
+        self._settled(lease, settlement, sequences)
+        return sequences
+
+    def settle_and_claim(
+        self,
+        settles: Sequence[tuple[Lease, Settlement]],
+        owner: str,
+        queues: Sequence[str] | None,
+        lease_seconds: float,
+        limit: int,
+    ) -> tuple[list[list[int] | None], list[Claimed]]:
+        results, claimed = self.inner.settle_and_claim(settles, owner, queues, lease_seconds, limit)
+        for (lease, settlement), sequences in zip(settles, results, strict=True):
+            self._settled(lease, settlement, sequences)
+        self._began(claimed)
+        return results, claimed
+
+    def _settled(self, lease: Lease, settlement: Settlement, sequences: list[int] | None) -> None:
         if sequences is None:
             self._missed(lease)
-            return None
+            return
         self._boundary(lease, settlement.events, settlement.usage)
         if settlement.is_dead_letter:
             self.metrics.dead_letters.labels(str(settlement.reason)).inc()
         self._ended(lease, str(settlement.reason))
-        return sequences
 
     def suspend(self, lease: Lease, *args: Any, **kwargs: Any) -> list[int] | None:
         # The segment ends: the run waits for a person, without a lease.
