@@ -123,7 +123,10 @@ def seed_waiting(rt: tenure.Runtime) -> Waiting:
         RunRequest(
             prompt="refund please",
             tools=["refund"],
-            script=[{"call": [{"tool": "refund", "args": {"amount": 700}}]}, {"say": "refunded"}],
+            script=[
+                {"call": [{"tool": "refund", "args": {"amount": 987654}}]},
+                {"say": "refunded"},
+            ],
         )
     )
     needs_input = rt.enqueue(

@@ -28,7 +28,7 @@ def test_pending_runs_and_their_held_calls(client: TestClient, waiting: Waiting)
     (ask,) = by_id[waiting.input]["pending_calls"]
     assert ask["kind"] == "input" and ask["input_schema"]["required"] == ["address"]
     shown = client.get(f"/api/runs/{waiting.approval}/pending-calls?reveal=true", headers=AUTH)
-    assert shown.json()[0]["args"] == {"amount": 700}
+    assert shown.json()[0]["args"] == {"amount": 987654}
     assert client.get("/api/pending").status_code == 401
 
 
@@ -79,7 +79,7 @@ def test_dashboard_approval_and_input_forms(
     csrf = login(client, "ada")
     page = client.get("/pending")
     assert page.status_code == 200 and "refund" in page.text and "address" in page.text
-    assert "700" not in page.text  # arguments hidden until revealed
+    assert "987654" not in page.text  # arguments hidden until revealed
     no_csrf = client.post(f"/runs/{waiting.approval}/decision", data={"decision": "approve"})
     assert no_csrf.status_code == 403
     denied = client.post(
