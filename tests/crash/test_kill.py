@@ -15,6 +15,7 @@ import pytest
 
 import tenure
 from tenure import EventKind, RunRequest, RunStatus, TerminationReason, ToolEffect
+from tenure.audit import audit
 
 from ..apps import make_app
 
@@ -141,4 +142,40 @@ def test_sigkill_during_a_non_idempotent_write_never_repeats_it(
     assert run.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE
     assert len(ledger_lines(ledger)) == 1, "the interrupted write was repeated"
     assert not rt.redrive(run_id), "redrive must refuse while the fence stands"
+    rt.close()
+
+
+def test_sigkill_while_ends_wait_for_their_commit_loses_nothing_and_repeats_nothing(
+    tmp_path: Path, db_url: str
+) -> None:
+    """Short runs: the worker claims ahead and commits the ends of several runs together.
+    Killed mid-drain, the runs it held (some finished but not yet committed) are requeued by
+    the next worker's reaper and done once; nothing is completed twice or lost."""
+    ledger = tmp_path / "ledger"
+    rt = make_app(db_url, str(ledger))
+    short = RunRequest(prompt="s", model="scripted", script=[{"say": "ok"}])
+    ids = rt.enqueue_many([short for _ in range(1500)])
+    victim = spawn_worker(db_url, ledger, "--concurrency", "8")
+    survivor = None
+    try:
+        wait_for(lambda: len(rt.runs(RunStatus.COMPLETED, limit=301)) > 300)
+        victim.kill()
+        victim.wait()
+        held = {r.id for r in rt.runs(RunStatus.RUNNING, limit=2000)}
+        survivor = spawn_worker(db_url, ledger, "--concurrency", "8")
+        wait_for(lambda: len(rt.runs(RunStatus.COMPLETED, limit=2000)) == len(ids), 120)
+    finally:
+        stop(victim)
+        if survivor is not None:
+            stop(survivor)
+    assert held, "the kill found no run in flight"
+    for run_id in ids:
+        events = rt.events(run_id)
+        assert [e.kind for e in events].count(EventKind.ASSEMBLED) == 1
+        assert [e.sequence for e in events] == list(range(len(events)))
+        run = rt.status(run_id)
+        assert run is not None and run.status is RunStatus.COMPLETED
+        assert run.requeue_count == (1 if run_id in held else 0)
+    report = audit(rt.store)
+    assert report.ok, report.summary()
     rt.close()
