@@ -173,6 +173,7 @@ class SQLStore(ABC):
     def enqueue_many(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
         def tx(cur: Cursor) -> list[tuple[str, bool]]:
             out = []
+            events: list[dict[str, Any]] = []  # every run's events, one insert at the end
             for run in runs:
                 row = cur.execute(
                     self._q["enqueue"],
@@ -192,8 +193,10 @@ class SQLStore(ABC):
                     ).fetchone()
                     out.append((existing[0], False))
                     continue
-                self._append(cur, run.run_id, len(run.events) - 1, 0, 0, run.events)
+                _event_rows(events, run.run_id, len(run.events) - 1, 0, 0, run.events)
                 out.append((run.run_id, True))
+            if events:
+                cur.executemany(self._q["insert_event"], events)
             return out
 
         return self._write(tx)
