@@ -1,16 +1,19 @@
 """The worker loop: claim into free slots, execute segments on threads, reap periodically,
 drain on SIGTERM/SIGINT.
 
-One thread (the one that called `run`) does the worker's own writes: when a segment reaches
-its end it hands the settle to that thread and its slot takes the next run; the thread
-commits the ends of every run finished meanwhile, each under its own guard, and the claim
-that refills the freed slots, in one transaction (`Store.settle_and_claim`). Busy workers so
-pay one commit for several runs. Nothing of a run happens after its settle, so deferring the
-commit changes no guarantee: until it commits the run is still ours under its lease.
+Group commit: when a segment reaches its normal end it hands the settle to the worker and
+its slot takes the next buffered run. The slot that finds the buffer empty commits the ends
+of every run finished meanwhile, each under its own guard, and the claim that refills the
+freed room, in one transaction (`Store.settle_and_claim`), on its own thread: no hand-off
+to another thread, whose every wait for the GIL would stretch the commit. The loop of `run`
+commits an end that waited `MAX_END_DELAY` (its slot went on to a long run), claims while
+slots wait, and reaps. Busy workers so pay one commit for several runs. Nothing of a run
+happens after its settle, so deferring the commit changes no guarantee: until it commits
+the run is still ours under its lease, and a worker that dies first leaves it to the reaper.
 
 Claims are batched too: one claim fills every free slot and, while recent runs have been
-short, a small buffer (up to `prefetch` more runs); a claim with no settle to carry waits
-until that buffer is empty, so one claim commit serves several runs. Runs that take seconds
+short, a small buffer (up to `prefetch` more runs); the next claim waits until that buffer
+is empty, so one commit serves several runs. Runs that take seconds
 (most agent runs) are not claimed ahead: a buffered run would hold a lease that another
 worker could use. A buffered run holds its lease while it waits: one that waited longer than
 a quarter of its lease, or that is still waiting when the worker stops, is handed back to
