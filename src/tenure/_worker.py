@@ -6,10 +6,11 @@ its slot takes the next buffered run. The slot that finds the buffer empty commi
 of every run finished meanwhile, each under its own guard, and the claim that refills the
 freed room, in one transaction (`Store.settle_and_claim`), on its own thread: no hand-off
 to another thread, whose every wait for the GIL would stretch the commit. The loop of `run`
-commits an end that waited `MAX_END_DELAY` (its slot went on to a long run), claims while
-slots wait, and reaps. Busy workers so pay one commit for several runs. Nothing of a run
-happens after its settle, so deferring the commit changes no guarantee: until it commits
-the run is still ours under its lease, and a worker that dies first leaves it to the reaper.
+commits an end that waited `MAX_END_DELAY` (its slot went on to a long run) and claims when
+the buffer is empty and no slot did (runs that arrive while every slot waits). Busy workers
+so pay one commit for several runs. Nothing of a run happens after its settle, so deferring
+the commit changes no guarantee: until it commits the run is still ours under its lease,
+and a worker that dies first leaves it to the reaper.
 
 Claims are batched too: one claim fills every free slot and, while recent runs have been
 short, a small buffer (up to `prefetch` more runs); the next claim waits until that buffer
@@ -201,9 +202,9 @@ class Worker:
     def _cycle(self, *, overdue_only: bool = False, claim: bool = True) -> _Cycle | None:
         """Commit the ended runs and, when the buffer is empty, claim into the free room, in
         one transaction. Whichever thread finds work does it (a slot whose buffer ran dry,
-        or the loop of `run`); None when another thread is committing right now, which then
-        also takes what was added meanwhile. With `overdue_only`, ended runs are committed
-        only once they waited `MAX_END_DELAY` (the slots commit their own sooner)."""
+        or the loop of `run`); None when another thread is committing right now (what ends
+        meanwhile goes with the next commit, or the loop's once overdue). With
+        `overdue_only`, ended runs are committed only once they waited `MAX_END_DELAY`."""
         if not self._committing.acquire(blocking=False):
             return None
         try:
