@@ -34,10 +34,12 @@ def validate(
     return request
 
 
-def _check_shape(r: RunRequest) -> None:
+def _check_shape(r: RunRequest, *, stored: bool = False) -> None:
+    """Names and limits; metadata a dict, and JSON-serialisable unless it came from JSON
+    (`stored`), which it then is by construction."""
     _check_names(r)
     _check_limits(r)
-    _check_metadata(r)
+    _check_metadata(r, serialise=not stored)
 
 
 def _check_names(r: RunRequest) -> None:
@@ -83,9 +85,11 @@ def to_json(request: RunRequest) -> dict[str, Any]:
     return data
 
 
-def _check_metadata(r: RunRequest) -> None:
+def _check_metadata(r: RunRequest, *, serialise: bool) -> None:
     if not isinstance(r.metadata, dict):
         raise InvalidRequest("metadata must be a dict")
+    if not serialise:
+        return
     try:
         json.dumps(r.metadata)
     except (TypeError, ValueError):
@@ -109,12 +113,9 @@ def from_json(raw: str | None) -> RunRequest:
         request = RunRequest(**data)
     except TypeError as exc:
         raise InvalidRequest(f"stored request is incomplete: {exc}") from None
-    # What came from JSON is JSON: only its shape is checked again here. A script is
-    # checked where it is played (a malformed one fails the run with `configuration`).
-    _check_names(request)
-    _check_limits(request)
-    if not isinstance(request.metadata, dict):
-        raise InvalidRequest("metadata must be a dict")
+    # A script is checked where it is played (a malformed one fails the run with
+    # `configuration`).
+    _check_shape(request, stored=True)
     return request
 
 
