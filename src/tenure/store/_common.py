@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
+from tenure._json import dumps
 from tenure._types import (
     Event,
     EventKind,
@@ -25,7 +26,7 @@ from tenure._types import (
     Usage,
 )
 from tenure.store._base import NO_USAGE, Claimed, Lease, NewEvent, NewRun, Settlement, StaleRun
-from tenure.store._rows import dumps, event_from_row, run_from_row
+from tenure.store._rows import event_from_row, run_from_row
 
 T = TypeVar("T")
 ClaimRow = tuple[str, int, int, str | None, int, int, str | None]
@@ -123,9 +124,13 @@ class SQLStore(ABC):
     ) -> list[int]:
         rows: list[dict[str, Any]] = []
         sequences = _event_rows(rows, run_id, last, attempt, token, events)
+        self._insert_events(cur, rows)
+        return sequences
+
+    def _insert_events(self, cur: Cursor, rows: list[dict[str, Any]]) -> None:
+        """The rows `_event_rows` made, in one statement."""
         if rows:
             cur.executemany(self._q["insert_event"], rows)
-        return sequences
 
     def _guarded(
         self,
@@ -195,8 +200,7 @@ class SQLStore(ABC):
                     continue
                 _event_rows(events, run.run_id, len(run.events) - 1, 0, 0, run.events)
                 out.append((run.run_id, True))
-            if events:
-                cur.executemany(self._q["insert_event"], events)
+            self._insert_events(cur, events)
             return out
 
         return self._write(tx)
@@ -238,8 +242,8 @@ class SQLStore(ABC):
             out.append(
                 Claimed(Lease(run_id, owner, token, attempt), request, requeue_count, decision)
             )
-        if events is None and pending:
-            cur.executemany(self._q["insert_event"], pending)
+        if events is None:
+            self._insert_events(cur, pending)
         return out
 
     def _claim_params(
@@ -361,8 +365,7 @@ class SQLStore(ABC):
             events: list[dict[str, Any]] = []  # every event of the transaction, one insert
             settled = self._settle_batch_in(cur, work, events)
             claimed = [] if claim is None else self._claim_in(cur, owner, claim, events)
-            if events:
-                cur.executemany(self._q["insert_event"], events)
+            self._insert_events(cur, events)
             return settled, claimed
 
         return self._write(tx)

@@ -130,7 +130,3 @@ def event_from_row(row: Sequence[Any], time: Time) -> Event:
         created_at=_required(time, created_at),
         lease_token=int(lease_token),
     )
-
-
-def dumps(value: Any) -> str:
-    return _json.dumps(value)
