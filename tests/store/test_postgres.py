@@ -21,7 +21,7 @@ from tenure.store import _sql, open_store
 from tenure.store.postgres import PostgresStore, Q, conninfo_from_url
 
 from .._postgres import Cluster
-from .helpers import SHORT_LEASE, claim_one, completed, enqueue, expire, step
+from .helpers import SHORT_LEASE, claim_one, completed, enqueue, expire, stale_for, step
 
 LATEST = _sql.migrations("postgres")[-1][0]
 
@@ -184,7 +184,7 @@ def test_enqueue_release_and_stale_requeue_wake_a_subscriber(pg: PostgresStore) 
         woken.clear()
         lease = claim_one(other, lease=SHORT_LEASE).lease
         expire()
-        assert other.requeue_stale(run_id, lease.token)
+        assert other.requeue_stale(stale_for(other, run_id))
         assert woken.wait(WAIT), "a stale requeue did not wake the subscriber"
         woken.clear()
         enqueue(other, delay=60)

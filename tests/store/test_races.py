@@ -107,7 +107,7 @@ def test_heartbeat_vs_reaper_exactly_one_wins(store: Store) -> None:
         seen = stale_for(store, run_id)
         beat, reaped = race(
             lambda lease=lease: store.record_step(lease, 30, [step()]),
-            lambda r=run_id, t=seen.lease_token: store.requeue_stale(r, t),
+            lambda seen=seen: store.requeue_stale(seen),
         )
         assert (beat is not None) != reaped, "exactly one of heartbeat and reaper wins"
         run = store.get_run(run_id)
@@ -129,10 +129,8 @@ def test_a_renewed_run_is_never_reaped(store: Store) -> None:
     expire()
     seen = stale_for(store, run_id)
     assert store.record_step(lease, 30, [step()]) is not None  # the slow worker renews
-    assert not store.requeue_stale(run_id, seen.lease_token)
-    assert not store.dead_letter_stale(
-        run_id, seen.lease_token, TerminationReason.NOT_RETRYABLE, "x"
-    )
+    assert not store.requeue_stale(seen)
+    assert not store.dead_letter_stale(seen, TerminationReason.NOT_RETRYABLE, "x")
     assert store.stale_runs(100) == []
     run = store.get_run(run_id)
     assert run is not None and run.status is RunStatus.RUNNING and run.claimed_by == lease.owner
@@ -167,7 +165,7 @@ def test_concurrent_reapers_act_once(store: Store) -> None:
     claim_one(store, lease=SHORT_LEASE)
     expire()
     seen = stale_for(store, run_id)
-    results = race(*[lambda: store.requeue_stale(run_id, seen.lease_token)] * 4)
+    results = race(*[lambda: store.requeue_stale(seen)] * 4)
     assert results.count(True) == 1
     requeues = [e for e in store.events(run_id) if e.kind is EventKind.REQUEUED]
     assert len(requeues) == 1
@@ -179,7 +177,7 @@ def test_zombie_after_requeue_can_write_nothing(store: Store) -> None:
     run_id = enqueue(store)
     zombie = claim_one(store, "worker:zombie", lease=SHORT_LEASE).lease
     expire()
-    assert store.requeue_stale(run_id, zombie.token)
+    assert store.requeue_stale(stale_for(store, run_id))
     owner = claim_one(store, "worker:alive").lease
     assert owner.token == zombie.token + 1
     before = [(e.sequence, e.kind) for e in store.events(run_id)]
@@ -207,7 +205,7 @@ def test_same_owner_name_with_an_old_token_is_a_zombie_too(store: Store) -> None
     run_id = enqueue(store)
     first = claim_one(store, "worker:same", lease=SHORT_LEASE).lease
     expire()
-    assert store.requeue_stale(run_id, first.token)
+    assert store.requeue_stale(stale_for(store, run_id))
     second = claim_one(store, "worker:same").lease
     assert store.record_step(Lease(run_id, "worker:same", first.token, 0), 30, [step()]) is None
     assert store.record_step(second, 30, [step()]) is not None
@@ -250,7 +248,7 @@ def test_batched_settle_vs_reaper_the_requeued_run_is_not_settled(store: Store) 
             lambda lease=lease: store.settle_and_claim(
                 [(lease, completed())], "worker:a", None, 30, 0
             )[0][0],
-            lambda r=run_id, t=seen.lease_token: store.requeue_stale(r, t),
+            lambda seen=seen: store.requeue_stale(seen),
         )
         assert (batch is not None) != requeued
         run = store.get_run(run_id)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tenure._reaper import Reaper
 from tenure._types import EventKind, FailureClass, RunStatus, TerminationReason, ToolEffect
 from tenure.store import Store
+from tenure.store._base import StaleRun
 
-from .helpers import SHORT_LEASE, claim_one, enqueue, expire, new_run
+from .helpers import SHORT_LEASE, WRITE, claim_one, enqueue, expire, new_run, stale_for, step
 
 
 def reaper(store: Store, max_requeues: int = 3) -> Reaper:
@@ -95,13 +98,130 @@ def test_budget_is_shared_between_failure_and_stale_requeues(store: Store) -> No
     assert store.get_run(run_id).requeue_count == 2  # type: ignore[union-attr]
 
 
-def test_reaper_respects_its_limit(store: Store) -> None:
+def test_a_pass_takes_pages_until_one_comes_back_short(store: Store) -> None:
+    """A worker that held 500 runs dies: one pass settles every one of them (SPEC §13.3 holds
+    however many runs the dead worker held), reading them `limit` at a time."""
+    ids = [enqueue(store) for _ in range(500)]
+    assert len(store.claim("worker:many", None, SHORT_LEASE, 500)) == 500
+    expire()
+    reads: list[int] = []
+
+    class Counting:
+        def __init__(self, inner: Store) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+        def stale_runs(self, limit: int) -> list[StaleRun]:
+            page = self.inner.stale_runs(limit)
+            reads.append(len(page))
+            return page
+
+    report = Reaper(Counting(store), 3).run_once(limit=50)  # type: ignore[arg-type]
+    assert report.requeued == 500 and report.skipped == 0
+    assert reads == [50] * 10 + [0]
+    assert all(store.run_status(i) is RunStatus.QUEUED for i in ids)
+
+
+def test_a_pass_stops_taking_pages_at_its_time_budget(store: Store) -> None:
     for _ in range(5):
         enqueue(store)
     store.claim("worker:a", None, SHORT_LEASE, 5)
     expire()
-    assert reaper(store).run_once(limit=2).requeued == 2
-    assert reaper(store).run_once(limit=50).requeued == 3
+    ticks = iter(range(100))  # an injected clock: each reading is one second later
+    bounded = Reaper(store, 3, pass_seconds=0.5, clock=lambda: float(next(ticks)))
+    assert bounded.run_once(limit=2).requeued == 2  # the first page, then the budget is spent
+    assert reaper(store).run_once(limit=2).requeued == 3
+
+
+class StallingStore:
+    """The real store, with `between` run after the reaper's read and before its write."""
+
+    def __init__(self, inner: Store, between: Callable[[], None]) -> None:
+        self.inner = inner
+        self.between = between
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def stale_runs(self, limit: int) -> list[StaleRun]:
+        page = self.inner.stale_runs(limit)
+        if page:
+            self.between()
+            self.between = lambda: None
+        return page
+
+
+def test_a_fence_stamped_after_the_reapers_read_is_never_cleared(store: Store) -> None:
+    """The double write: the reaper reads the run with no fence and stalls; the segment
+    stamps its non-idempotent fence and starts the write, which outlives its fence lease;
+    the reaper's requeue, decided on "no fence", must not apply (it would clear the fence
+    and a new segment would run the write again). The next pass dead-letters the run."""
+    run_id = enqueue(store)
+    lease = claim_one(store, lease=SHORT_LEASE).lease
+    expire()
+
+    def the_write_starts() -> None:
+        assert store.mark_fence(lease, WRITE, SHORT_LEASE)
+        expire()  # the write outlives the lease its fence was stamped with
+
+    stalling = StallingStore(store, the_write_starts)
+    report = Reaper(stalling, 3).run_once()  # type: ignore[arg-type]
+    assert (report.requeued, report.dead_lettered, report.skipped) == (0, 0, 1)
+    run = store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.RUNNING and run.pending_effect is WRITE
+    assert claim_one_or_none(store) is None  # nobody can take the run and repeat the write
+
+    report = reaper(store).run_once()
+    assert report.dead_lettered == 1
+    run = store.get_run(run_id)
+    assert run is not None and run.termination_reason is TerminationReason.NOT_RETRYABLE
+    assert run.pending_effect is WRITE
+
+
+def test_a_fence_cleared_after_the_reapers_read_is_no_reason_to_dead_letter(
+    store: Store,
+) -> None:
+    """The mirror case: the reaper reads the fence standing and stalls; the write returns
+    and its event clears the fence (with a lease that expires again before the reaper
+    writes). The dead-letter decided on the fence must not apply; the run is requeued."""
+    run_id = enqueue(store)
+    lease = claim_one(store, lease=30).lease
+    assert store.mark_fence(lease, WRITE, SHORT_LEASE)
+    expire()
+
+    def the_write_is_recorded() -> None:
+        assert store.clear_fence(lease, SHORT_LEASE, step(EventKind.TOOL)) is not None
+        expire()
+
+    stalling = StallingStore(store, the_write_is_recorded)
+    report = Reaper(stalling, 3).run_once()  # type: ignore[arg-type]
+    assert (report.requeued, report.dead_lettered, report.skipped) == (0, 0, 1)
+    assert reaper(store).run_once().requeued == 1  # read afresh: no fence, a plain requeue
+    run = store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED and run.pending_effect is None
+
+
+def test_a_budget_charged_after_the_reapers_read_is_re_read(store: Store) -> None:
+    """Each guard column on its own: the write names the requeue count it read."""
+    run_id = enqueue(store)
+    claim_one(store, lease=SHORT_LEASE)
+    expire()
+    seen = stale_for(store, run_id)
+    stale = StaleRun(seen.run_id, seen.lease_token, None, True, seen.requeue_count + 1)
+    assert not store.requeue_stale(stale)
+    assert not store.dead_letter_stale(stale, TerminationReason.RETRIES_EXHAUSTED, "x")
+    fenced = StaleRun(seen.run_id, seen.lease_token, WRITE, True, seen.requeue_count)
+    assert not store.dead_letter_stale(fenced, TerminationReason.NOT_RETRYABLE, "x")
+    no_request = StaleRun(seen.run_id, seen.lease_token, None, False, seen.requeue_count)
+    assert not store.dead_letter_stale(no_request, TerminationReason.NOT_RETRYABLE, "x")
+    assert store.requeue_stale(seen)
+
+
+def claim_one_or_none(store: Store) -> object:
+    claimed = store.claim("worker:other", None, 30, 1)
+    return claimed[0] if claimed else None
 
 
 def test_stale_write_with_an_outdated_token_is_skipped(store: Store) -> None:
@@ -110,12 +230,10 @@ def test_stale_write_with_an_outdated_token_is_skipped(store: Store) -> None:
     claim_one(store, lease=SHORT_LEASE)
     expire()
     seen = store.stale_runs(10)[0]
-    assert store.requeue_stale(run_id, seen.lease_token)
+    assert store.requeue_stale(seen)
     claim_one(store, "worker:b", lease=SHORT_LEASE)
     expire()
     # Stale again, but under a new token: a write naming the old one applies to nothing.
-    assert not store.requeue_stale(run_id, seen.lease_token)
-    assert not store.dead_letter_stale(
-        run_id, seen.lease_token, TerminationReason.NOT_RETRYABLE, "x"
-    )
+    assert not store.requeue_stale(seen)
+    assert not store.dead_letter_stale(seen, TerminationReason.NOT_RETRYABLE, "x")
     assert store.get_run(run_id).status is RunStatus.RUNNING  # type: ignore[union-attr]

@@ -34,6 +34,7 @@ from tenure._types import (
 )
 from tenure.audit import audit
 from tenure.store import Lease, NewEvent, NewRun, Settlement, Store, open_store
+from tenure.store._base import StaleRun
 
 LONG = 60.0
 SHORT = 0.15
@@ -79,6 +80,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.store: Store = open_store(self.url)
         self.runs: list[ModelRun] = []
         self.owners = itertools.count(1)
+        self.seen: list[StaleRun] = []  # what a stalled reaper read
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -271,6 +273,45 @@ class StoreMachine(RuleBasedStateMachine):
                 assert row.status is RunStatus.FAILED
                 run.status, run.reason = RunStatus.FAILED, verdict.reason
             self._end_segment(run)
+
+    @rule()
+    def reap_read(self) -> None:
+        """A reaper reads its candidates and stalls; `reap_write` resumes it later, after
+        any number of other transitions."""
+        self.seen = self.store.stale_runs(1000)
+
+    @precondition(lambda self: bool(self.seen))
+    @rule()
+    def reap_write(self) -> None:
+        """The stalled reaper writes the decisions it made on its read. Each applies only
+        while the run is still exactly as read (token, fence, budget) and still stale."""
+        for seen in self.seen:
+            run = next(r for r in self.runs if r.id == seen.run_id)
+            unchanged = (
+                run.status is RunStatus.RUNNING
+                and run.token == seen.lease_token
+                and run.fence == seen.pending_effect
+                and run.requeue_count == seen.requeue_count
+            )
+            expiry = run.expiry() if unchanged else "changed"
+            verdict = _policy.reap(
+                seen.pending_effect, seen.has_request, seen.requeue_count, MAX_REQUEUES
+            )
+            if verdict is None:
+                won = self.store.requeue_stale(seen)
+            else:
+                won = self.store.dead_letter_stale(seen, verdict.reason, verdict.why)
+            allowed = {"expired": {True}, "unsure": {True, False}}.get(expiry, {False})
+            assert won in allowed, (seen, run, expiry)
+            if not won:
+                continue
+            if verdict is None:
+                run.status, run.fence = RunStatus.QUEUED, None
+                run.requeue_count += 1
+            else:
+                run.status, run.reason = RunStatus.FAILED, verdict.reason
+            self._end_segment(run)
+        self.seen = []
 
     @precondition(lambda self: any(r.status is RunStatus.RUNNING for r in self.runs))
     @rule()

@@ -389,7 +389,7 @@ def test_events_record_the_token_they_were_written_under(store: Store) -> None:
     first = claim_one(store, lease=SHORT_LEASE).lease
     store.record_step(first, SHORT_LEASE, [step()])
     expire()
-    assert store.requeue_stale(run_id, first.token)
+    assert store.requeue_stale(stale_for(store, run_id))
     second = claim_one(store).lease
     store.record_step(second, 30, [step()])
     assert store.settle(second, completed()) is not None

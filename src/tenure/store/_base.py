@@ -82,6 +82,8 @@ class Settlement:
 
 @dataclass(frozen=True)
 class StaleRun:
+    """A run the reaper read as stale: what its decision is made on, and guarded by."""
+
     run_id: str
     lease_token: int
     pending_effect: ToolEffect | None
@@ -191,11 +193,13 @@ class Store(Protocol):
 
     def stale_runs(self, limit: int) -> list[StaleRun]: ...
 
-    def requeue_stale(self, run_id: str, seen_token: int) -> bool: ...
+    def requeue_stale(self, seen: StaleRun) -> bool:
+        """Requeue a run whose lease expired, only while it is still exactly as `seen`: same
+        lease token, fence, requeue count and request. A decision read from a row is guarded
+        by everything it read (a fence stamped after the read must not be cleared)."""
 
-    def dead_letter_stale(
-        self, run_id: str, seen_token: int, reason: TerminationReason, error: str
-    ) -> bool: ...
+    def dead_letter_stale(self, seen: StaleRun, reason: TerminationReason, error: str) -> bool:
+        """Dead-letter a run whose lease expired, only while it is still exactly as `seen`."""
 
     def redrive(self, run_id: str, force: bool) -> bool: ...
 

@@ -488,24 +488,32 @@ class SQLStore(ABC):
             for row in self._read(self._q["stale_runs"], {"limit": limit})
         ]
 
-    def requeue_stale(self, run_id: str, seen_token: int) -> bool:
-        error = "lease expired: the worker stopped renewing it"
-        event = lifecycle(EventKind.REQUEUED, cause="stale", lease_token=seen_token)
-        params = {"id": run_id, "token": seen_token, "error": error}
-        return self._guarded("requeue_stale", params, run_id, [event]) is not None
+    @staticmethod
+    def _seen_params(seen: StaleRun) -> dict[str, Any]:
+        return {
+            "id": seen.run_id,
+            "token": seen.lease_token,
+            "fence": str(seen.pending_effect or ""),
+            "requeue_count": seen.requeue_count,
+            "has_request": seen.has_request,
+        }
 
-    def dead_letter_stale(
-        self, run_id: str, seen_token: int, reason: TerminationReason, error: str
-    ) -> bool:
+    def requeue_stale(self, seen: StaleRun) -> bool:
+        error = "lease expired: the worker stopped renewing it"
+        event = lifecycle(EventKind.REQUEUED, cause="stale", lease_token=seen.lease_token)
+        params = {**self._seen_params(seen), "error": error}
+        return self._guarded("requeue_stale", params, seen.run_id, [event]) is not None
+
+    def dead_letter_stale(self, seen: StaleRun, reason: TerminationReason, error: str) -> bool:
         event = lifecycle(
             EventKind.DEAD_LETTERED,
             reason=str(reason),
             cause="stale",
             error=error,
-            lease_token=seen_token,
+            lease_token=seen.lease_token,
         )
-        params = {"id": run_id, "token": seen_token, "reason": str(reason), "error": error}
-        return self._guarded("dead_letter_stale", params, run_id, [event]) is not None
+        params = {**self._seen_params(seen), "reason": str(reason), "error": error}
+        return self._guarded("dead_letter_stale", params, seen.run_id, [event]) is not None
 
     def redrive(self, run_id: str, force: bool) -> bool:
         def tx(cur: Cursor) -> bool:

@@ -304,17 +304,15 @@ class ObservedStore:
         self.metrics.reaper_passes.inc()
         return self.inner.stale_runs(limit)
 
-    def requeue_stale(self, run_id: str, seen_token: int) -> bool:
-        won = self.inner.requeue_stale(run_id, seen_token)
+    def requeue_stale(self, seen: StaleRun) -> bool:
+        won = self.inner.requeue_stale(seen)
         self.metrics.reaped.labels("requeued" if won else "skipped").inc()
         if won:
             self.metrics.requeues.labels("stale").inc()
         return won
 
-    def dead_letter_stale(
-        self, run_id: str, seen_token: int, reason: TerminationReason, error: str
-    ) -> bool:
-        won = self.inner.dead_letter_stale(run_id, seen_token, reason, error)
+    def dead_letter_stale(self, seen: StaleRun, reason: TerminationReason, error: str) -> bool:
+        won = self.inner.dead_letter_stale(seen, reason, error)
         self.metrics.reaped.labels("dead_lettered" if won else "skipped").inc()
         if won:
             self.metrics.dead_letters.labels(str(reason)).inc()

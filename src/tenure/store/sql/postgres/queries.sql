@@ -223,24 +223,29 @@ SELECT id, lease_token, pending_effect, request IS NOT NULL, requeue_count
 -- name: requeue_stale
 -- `available_at` keeps its (past) value: the run goes back to its old place at the
 -- head of the queue instead of behind everything enqueued since it was claimed.
--- Staleness and the token seen are re-checked here: a heartbeat that landed since wins
--- (if it holds the row lock, this statement waits and re-checks the renewed row).
+-- Everything the reaper decided on is re-checked here: staleness and the token (a
+-- heartbeat that landed since wins; if it holds the row lock, this statement waits and
+-- re-checks the renewed row), and the fence, budget and request it read (a fence stamped
+-- since the read must never be cleared by a requeue decided without it).
 UPDATE tenure_runs
    SET status = 'queued', requeue_count = requeue_count + 1,
        claimed_by = '', lease_expires = NULL, pending_effect = '',
        error_class = 'timeout', error = %(error)s,
        last_sequence = last_sequence + 1, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND lease_expires < {now}
-   AND lease_token = %(token)s
+   AND lease_token = %(token)s AND pending_effect = %(fence)s
+   AND requeue_count = %(requeue_count)s AND (request IS NOT NULL) = %(has_request)s
 RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
 -- name: dead_letter_stale
+-- Guarded like requeue_stale: a fence cleared since the read is no reason to dead-letter.
 UPDATE tenure_runs
    SET status = 'failed', termination_reason = %(reason)s, error_class = 'timeout',
        error = %(error)s, claimed_by = '', lease_expires = NULL,
        last_sequence = last_sequence + 1, finished_at = {now}, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND lease_expires < {now}
-   AND lease_token = %(token)s
+   AND lease_token = %(token)s AND pending_effect = %(fence)s
+   AND requeue_count = %(requeue_count)s AND (request IS NOT NULL) = %(has_request)s
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: fence_of
