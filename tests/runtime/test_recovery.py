@@ -141,6 +141,29 @@ def test_interactive_failure_settles_provider_failed_and_surfaces_the_error(
     assert run.error_class is FailureClass.SERVER_ERROR
 
 
+def test_an_interactive_run_that_fails_mid_write_keeps_its_fence_as_evidence(
+    runtime: tenure.Runtime,
+) -> None:
+    """Like a dead-letter: the write may have happened, and the row must say so."""
+
+    @runtime.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    def pay() -> None:
+        raise tenure.RetryableError("gateway timeout", failure_class=FailureClass.TIMEOUT)
+
+    result = runtime.run(
+        RunRequest(
+            prompt="i",
+            model="scripted",
+            tools=["pay"],
+            script=[{"call": [{"tool": "pay"}]}, {"say": "x"}],
+        )
+    )
+    assert result.outcome is Outcome.FAILED
+    run = runtime.status(result.run_id)
+    assert run is not None and run.termination_reason is TerminationReason.PROVIDER_FAILED
+    assert run.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE
+
+
 def test_fallback_chain_is_classified_by_its_last_attempt() -> None:
     exhausted = tenure.FallbackExhausted(
         [

@@ -62,7 +62,8 @@ class NewRun:
 
 @dataclass(frozen=True)
 class Settlement:
-    """A terminal state. A dead-letter keeps the request (for redrive) and the fence."""
+    """A terminal state. A dead-letter keeps the request (for redrive); every failure keeps
+    the fence (an interactive run that failed mid-write is evidence too)."""
 
     status: RunStatus
     reason: TerminationReason

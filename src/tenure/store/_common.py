@@ -339,6 +339,7 @@ class SQLStore(ABC):
             "error_class": str(settlement.error_class or ""),
             "error": settlement.error,
             "keep": settlement.is_dead_letter,
+            "keep_fence": settlement.status is RunStatus.FAILED,
             "fence": str(settlement.only_while_fenced or ""),
             "n": len(settlement.events),
             "input_tokens": settlement.usage.input_tokens,

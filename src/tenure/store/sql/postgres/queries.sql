@@ -161,13 +161,14 @@ RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
 -- name: settle
 -- A terminal state under the owner's lease (and, when :fence is set, only while that fence
--- stands). A dead-letter keeps request and fence.
+-- stands). A dead-letter keeps its request (for redrive); every failure keeps its fence as
+-- evidence of a write that may have happened.
 UPDATE tenure_runs
    SET status = %(status)s, termination_reason = %(reason)s, output = %(output)s,
        error_class = %(error_class)s, error = %(error)s, claimed_by = '',
        lease_expires = NULL,
        request = CASE WHEN %(keep)s THEN request ELSE NULL END,
-       pending_effect = CASE WHEN %(keep)s THEN pending_effect ELSE '' END,
+       pending_effect = CASE WHEN %(keep_fence)s THEN pending_effect ELSE '' END,
        decision = CASE WHEN %(keep)s THEN decision ELSE NULL END, waiting = NULL,
        wait_deadline = NULL,
        input_tokens = input_tokens + %(input_tokens)s,
@@ -187,7 +188,7 @@ UPDATE tenure_runs r
        error_class = b.error_class, error = b.error, claimed_by = '',
        lease_expires = NULL,
        request = CASE WHEN b.keep THEN r.request ELSE NULL END,
-       pending_effect = CASE WHEN b.keep THEN r.pending_effect ELSE '' END,
+       pending_effect = CASE WHEN b.keep_fence THEN r.pending_effect ELSE '' END,
        decision = CASE WHEN b.keep THEN r.decision ELSE NULL END, waiting = NULL,
        wait_deadline = NULL,
        input_tokens = r.input_tokens + b.input_tokens,
@@ -195,7 +196,8 @@ UPDATE tenure_runs r
        last_sequence = r.last_sequence + b.n, finished_at = {now}, updated_at = {now}
   FROM json_to_recordset(%(batch)s::json) AS b(
            id text, owner text, token bigint, status text, reason text, output text,
-           error_class text, error text, keep boolean, fence text, n integer,
+           error_class text, error text, keep boolean, keep_fence boolean, fence text,
+           n integer,
            input_tokens bigint, output_tokens bigint, cost double precision)
  WHERE r.id = b.id AND r.status = 'running' AND r.claimed_by = b.owner
    AND r.lease_token = b.token

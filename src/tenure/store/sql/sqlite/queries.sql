@@ -109,12 +109,13 @@ RETURNING last_sequence, attempt, lease_token;
 
 -- name: settle
 -- A terminal state under the owner's lease (and, when :fence is set, only while that fence
--- stands). A dead-letter keeps request and fence.
+-- stands). A dead-letter keeps its request (for redrive); every failure keeps its fence as
+-- evidence of a write that may have happened.
 UPDATE tenure_runs
    SET status = :status, termination_reason = :reason, output = :output,
        error_class = :error_class, error = :error, claimed_by = '', lease_expires = NULL,
        request = CASE WHEN :keep THEN request ELSE NULL END,
-       pending_effect = CASE WHEN :keep THEN pending_effect ELSE '' END,
+       pending_effect = CASE WHEN :keep_fence THEN pending_effect ELSE '' END,
        decision = CASE WHEN :keep THEN decision ELSE NULL END, waiting = NULL,
        wait_deadline = NULL,
        input_tokens = input_tokens + :input_tokens,
@@ -136,7 +137,7 @@ UPDATE tenure_runs INDEXED BY sqlite_autoindex_tenure_runs_1
        error_class = json_extract(b.value, '$.error_class'),
        error = json_extract(b.value, '$.error'), claimed_by = '', lease_expires = NULL,
        request = CASE WHEN json_extract(b.value, '$.keep') THEN request ELSE NULL END,
-       pending_effect = CASE WHEN json_extract(b.value, '$.keep') THEN pending_effect
+       pending_effect = CASE WHEN json_extract(b.value, '$.keep_fence') THEN pending_effect
                              ELSE '' END,
        decision = CASE WHEN json_extract(b.value, '$.keep') THEN decision ELSE NULL END,
        waiting = NULL, wait_deadline = NULL,
