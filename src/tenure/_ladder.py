@@ -101,6 +101,9 @@ class Segment:
             # A payload that cannot be read can never run: fail it now, never strand it.
             return self._recover(ProviderError(FailureClass.CONFIGURATION, str(exc)))
         try:
+            missing = [] if self.interactive else self._missing(request)
+            if missing:
+                return self._hand_back_unserved(missing)
             return self._loop(request)
         except LeaseLost:
             return self._result(Outcome.LEASE_LOST)
@@ -108,6 +111,23 @@ class Segment:
             return self._result(Outcome.CANCELLED)
         except Exception as exc:
             return self._recover(exc)
+
+    def _missing(self, request: RunRequest) -> list[str]:
+        """What this process lacks to execute the run: its model, its tools."""
+        missing = [] if request.model in self.engine.models else [f"model {request.model!r}"]
+        tools = self.engine.tools
+        return missing + [f"tool {name!r}" for name in request.tools if tools.get(name) is None]
+
+    def _hand_back_unserved(self, missing: list[str]) -> RunResult:
+        """Never execute a run without its tools or model (a made-up answer would complete
+        it): give it back untouched, for a worker that has them. Queues route runs to the
+        workers that can serve them; this is the net under a misrouted run."""
+        why = f"{self.lease.owner} cannot serve this run; it lacks"
+        log.warning("run %s handed back: %s %s", self.run_id, why, ", ".join(missing))
+        if not self.store.hand_back(self.lease, why, missing):
+            self._lost()
+        error = ProviderError(FailureClass.CONFIGURATION, f"{why} {', '.join(missing)}")
+        return self._result(Outcome.REQUEUED, error=error)
 
     def _loop(self, request: RunRequest) -> RunResult:
         # The first segment of a run has no steps to resume: skip reading its journal.

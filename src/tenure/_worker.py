@@ -116,6 +116,8 @@ class Worker:
         self._buffered = 0
         self._segment_seconds: float | None = None  # EWMA; None until a segment ended
         self._active: dict[str, Segment] = {}
+        self._held: set[str] = set()  # runs claimed and not yet given up (buffered or running)
+        self._unsure = False  # a commit failed: its claims may have applied all the same
         self._ended: list[Segment] = []  # segments whose deferred settle awaits its commit
         self._ended_since = 0.0  # when the oldest of them ended
         self._committing = threading.Lock()  # held by the one thread committing for all
@@ -216,6 +218,8 @@ class Worker:
                     ended, self._ended = self._ended, []
                 room = self.concurrency + self._prefetch_now() - self._inflight + len(ended)
                 empty = self._buffered == 0
+            if self._unsure:
+                self._hand_back_orphans()
             claiming = claim and not self._stopping.is_set() and room > 0 and empty
             limit = room if claiming else 0
             claimed = self._commit(ended, limit) if ended or limit else []
@@ -236,8 +240,13 @@ class Worker:
                 limit,
             )
         except Exception as exc:
+            # A lost COMMIT may have applied: its claims would be held under our name with
+            # no slot to run them. They are looked for (now, or at a later cycle while the
+            # database is out of reach) and handed back untouched.
+            self._unsure = True
             if not ended:
                 log.warning("%s: claim failed (%s); retrying", self.identity, describe(exc))
+                self._hand_back_orphans()
                 time.sleep(self.poll_interval)
                 return []
             # Nothing applied. Each run is settled on its own, with its own recovery.
@@ -249,6 +258,7 @@ class Worker:
             )
             outcomes = [segment.settle_deferred() for segment in ended]
             claimed = []
+            self._hand_back_orphans()
         else:
             outcomes = [segment.settled(r) for segment, r in zip(ended, results, strict=True)]
         for segment, outcome in zip(ended, outcomes, strict=True):
@@ -257,10 +267,30 @@ class Worker:
         with self._lock:
             self._inflight += len(claimed) - len(ended)
             self._buffered += len(claimed)
+            self._held.difference_update(segment.run_id for segment in ended)
+            self._held.update(item.lease.run_id for item in claimed)
         self.stats.claimed += len(claimed)
         for item in claimed:
             self._jobs.put((item, now))
         return claimed
+
+    def _hand_back_orphans(self) -> None:
+        """Runs the database says we hold but no slot knows of (claimed by a commit whose
+        outcome we never learnt) go back to the queue untouched, instead of waiting for
+        their lease to expire and being charged a requeue. Called with `_committing` held,
+        so no claim of ours is in flight; every hand-back is guarded by its lease."""
+        store = self.engine.store
+        try:
+            held = store.held_by(self.identity)
+            with self._lock:
+                orphans = [lease for lease in held if lease.run_id not in self._held]
+            for lease in orphans:
+                if store.hand_back(lease, "its claim's commit was lost"):
+                    log.warning("run %s: claimed by a lost commit; handed back", lease.run_id)
+        except Exception as exc:  # still out of reach: the next cycle looks again
+            log.warning("%s: cannot check its claims yet (%s)", self.identity, describe(exc))
+            return
+        self._unsure = False
 
     def _count(self, segment: Segment, outcome: Outcome) -> None:
         self.stats.count(outcome)
@@ -303,21 +333,25 @@ class Worker:
             item, claimed_at = entry
             with self._lock:
                 self._buffered -= 1
-            if self._stopping.is_set() or time.monotonic() - claimed_at > max_wait:
-                self._release_unstarted(item)
-                continue
-            return item
+            if self._stopping.is_set():
+                self._release_unstarted(item, "the worker is stopping")
+            elif time.monotonic() - claimed_at > max_wait:
+                self._release_unstarted(item, "it waited too long in the worker's buffer")
+            else:
+                return item
         return None
 
-    def _release_unstarted(self, item: Claimed) -> None:
+    def _release_unstarted(self, item: Claimed, why: str) -> None:
+        """A buffered run that never started goes back untouched (its attempt not counted)."""
         try:
-            if self.engine.store.release(item.lease):
+            if self.engine.store.hand_back(item.lease, why):
                 self.stats.released += 1
         except StoreError as exc:  # the lease will expire and the reaper requeues it
             log.warning("run %s: hand-back failed (%s)", item.lease.run_id, describe(exc))
         finally:
             with self._lock:
                 self._inflight -= 1
+                self._held.discard(item.lease.run_id)
             self._wake.set()
 
     def _slot(self) -> None:
@@ -347,6 +381,7 @@ class Worker:
                     # A deferred end leaves the slot now and the run at its commit.
                     with self._lock:
                         self._active.pop(item.lease.run_id, None)
+                        self._held.discard(item.lease.run_id)
                         self._inflight -= 1
                 self._wake.set()
 
@@ -374,7 +409,7 @@ class Worker:
             if entry is not None:
                 with self._lock:
                     self._buffered -= 1
-                self._release_unstarted(entry[0])
+                self._release_unstarted(entry[0], "the worker is stopping")
         deadline = time.monotonic() + self.grace_seconds
         while True:
             self._commit_ended()

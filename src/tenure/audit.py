@@ -60,6 +60,8 @@ LEASE_LOST_MARK = "lease_lost"
 MAX_RUNS = 10_000_000
 _OWNER_KINDS = frozenset({EventKind.LLM, EventKind.TOOL, EventKind.ASSEMBLED})
 _CHARGED_CAUSES = frozenset({"failure", "stale"})
+# A claimed run handed back before its segment started: its attempt is not counted.
+_UNSTARTED_CAUSES = frozenset({"unstarted", "unserved"})
 _HUMAN_KINDS = frozenset({EventKind.APPROVAL, EventKind.INPUT})
 
 
@@ -150,6 +152,7 @@ class _Walk:
     claims: int = 0
     held: bool = False  # a segment holds the run (claimed and not yet released)
     suspended: bool = False  # handed to a person (approval, input) since the last claim
+    unstarted: bool = False  # the last claim was handed back before its segment started
     interactive: bool = False
     charged: int = 0  # requeues charged to the budget since the last redrive
     tokens: set[int] = field(default_factory=set)
@@ -204,12 +207,16 @@ def _on_claimed(w: _Walk, e: Event) -> None:
         w.flag(e, "claimed while a segment still held the run")
     if e.lease_token != w.token + 1:
         w.flag(e, f"claim token {e.lease_token}, expected {w.token + 1}")
-    expected_attempt = w.attempt + 1 if w.claims or w.interactive else 0
+    if w.unstarted:  # the last segment was handed back before it started: not counted
+        expected_attempt = w.attempt
+    else:
+        expected_attempt = w.attempt + 1 if w.claims or w.interactive else 0
     if e.attempt != expected_attempt:
         w.flag(e, f"claim attempt {e.attempt}, expected {expected_attempt}")
     if e.payload.get("lease_token") != e.lease_token or e.payload.get("attempt") != e.attempt:
         w.flag(e, f"payload {e.payload} disagrees with the event's token or attempt")
     w.token, w.attempt, w.held, w.suspended = e.lease_token, e.attempt, True, False
+    w.unstarted = False
     w.claims += 1
     w.tokens.add(e.lease_token)
 
@@ -245,7 +252,10 @@ def _on_assembled(w: _Walk, e: Event) -> None:
 
 def _on_requeued(w: _Walk, e: Event) -> None:
     cause = e.payload.get("cause")
+    if cause in _UNSTARTED_CAUSES and w.last is not None and w.last.kind is not EventKind.CLAIMED:
+        w.flag(e, f"handed back as {cause}, but its segment had started")
     w.release(e, by_owner=cause != "stale")
+    w.unstarted = cause in _UNSTARTED_CAUSES
     if cause == "stale" and e.payload.get("lease_token") != w.token:
         w.flag(e, f"stale requeue names token {e.payload.get('lease_token')}, not {w.token}")
     if cause in _CHARGED_CAUSES:
@@ -350,7 +360,9 @@ def _check_row(w: _Walk, run: Run) -> None:
 
     if run.lease_token != w.token:
         bad(f"row token {run.lease_token}, its events end at token {w.token}")
-    if w.claims and run.attempt != w.attempt:
+    # A hand-back before the segment started undoes the claim's count of an attempt.
+    row_attempt = max(w.attempt - 1, 0) if w.unstarted else w.attempt
+    if w.claims and run.attempt != row_attempt:
         bad(f"row attempt {run.attempt}, its last claim was attempt {w.attempt}")
     if run.requeue_count != w.charged:
         bad(f"requeue_count {run.requeue_count}, its events charge {w.charged}")

@@ -194,3 +194,44 @@ def test_a_stopped_worker_commits_every_run_that_ended(
     assert completed == worker.stats.outcomes[str(Outcome.COMPLETED)]
     assert completed + statuses.count(RunStatus.QUEUED) == len(ids)
     assert audit(rt.store).ok
+
+
+class LostCommit:
+    """The real store, whose `settle_and_claim` commits and then, once the first time it
+    claimed something, reports the connection lost: the outcome the worker cannot learn."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.lost: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def settle_and_claim(self, *args: Any) -> tuple[list[list[int] | None], list[Claimed]]:
+        settled, claimed = self._store.settle_and_claim(*args)
+        if claimed and not self.lost:
+            self.lost.extend(c.lease.run_id for c in claimed)
+            raise DatabaseUnavailable("connection lost during COMMIT; its outcome is unknown")
+        return settled, claimed
+
+
+def test_claims_of_a_commit_whose_outcome_was_lost_are_handed_back_not_orphaned(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The commit applied, but the worker heard it fail: the runs it claimed are held under
+    its name with no slot to run them. They go back to the queue at once, untouched (no
+    attempt, no budget), instead of waiting a whole lease for the reaper."""
+    rt = make_runtime(lease_seconds=60)  # the reaper would not come within this test
+    ids = [rt.enqueue(say(f"run {i}")) for i in range(6)]
+    store = LostCommit(rt.store)
+    worker = worker_on(rt, store, concurrency=2)
+    done = lambda: all(rt.status(i).status is RunStatus.COMPLETED for i in ids)  # type: ignore[union-attr]  # noqa: E731
+    run_until_done(worker, done)
+    assert store.lost, "no commit was lost: the test proves nothing"
+    for run_id in ids:
+        run = rt.status(run_id)
+        assert run is not None and run.requeue_count == 0 and run.attempt == 0
+    for run_id in store.lost:
+        causes = [e.payload.get("cause") for e in rt.events(run_id) if e.kind is EventKind.REQUEUED]
+        assert causes == ["unstarted"]
+    assert audit(rt.store).ok

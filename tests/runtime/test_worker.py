@@ -11,9 +11,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 import tenure
 from tenure import EventKind, RunRequest, RunStatus, TerminationReason, ToolContext, ToolEffect
 from tenure._worker import Worker
+from tenure.audit import audit
 
 from ..apps import make_app
 
@@ -220,3 +223,104 @@ def test_tool_context_reaches_a_worker_run(runtime: tenure.Runtime) -> None:
     )
     runtime.work(concurrency=1, burst=True, poll_interval=0.02)
     assert seen and seen[0].run_id == run_id and seen[0].fencing_token == 1
+
+
+def test_a_worker_without_a_runs_tool_hands_it_back_untouched(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never a made-up answer: a worker that lacks the run's tool (or model) gives the run
+    back without counting an attempt or charging the budget, says what it lacks, and does
+    not take it again at once (no claim/hand-back loop)."""
+    app = make_runtime()
+
+    @app.tool(effect=ToolEffect.IDEMPOTENT_WRITE)
+    def tag_ticket(ticket: str) -> str:
+        return f"tagged {ticket}"
+
+    run_id = app.enqueue(
+        RunRequest(
+            prompt="tag it",
+            model="scripted",
+            tools=["tag_ticket"],
+            script=[
+                {"fail": "server_error", "attempts": [0]},
+                {"call": [{"tool": "tag_ticket", "args": {"ticket": "T-1"}}]},
+                {"say": "Tagged."},
+            ],
+        )
+    )
+    plain = make_runtime()  # the scripted model, but no tag_ticket
+    plain.work(concurrency=2, burst=True)  # returns: the run is not claimable again now
+    run = plain.status(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED
+    assert run.attempt == 0 and run.requeue_count == 0
+    assert run.error_class is tenure.FailureClass.CONFIGURATION and "tag_ticket" in run.error
+    assert run.available_at is not None and run.available_at > plain.store.now()
+    handed = [e for e in plain.events(run_id) if e.kind is EventKind.REQUEUED]
+    assert [e.payload["cause"] for e in handed] == ["unserved"]
+    assert handed[0].payload["missing"] == ["tool 'tag_ticket'"]
+    assert [e.kind for e in plain.events(run_id)].count(EventKind.CLAIMED) == 1
+
+    first_wait = run.available_at - plain.store.now()
+    monkeypatch.setattr("tenure.store._common.UNSERVED_BASE_SECONDS", 0.05)
+    # A worker that has the tool serves it, from its first real attempt: the scripted
+    # failure on attempt 0 happens (the hand-back counted no attempt).
+    time.sleep(max(0.0, first_wait.total_seconds()) + 0.1)
+    served = app.run_queued(run_id)
+    assert served is not None and served.outcome is tenure.Outcome.REQUEUED
+    time.sleep(0.2)
+    served = app.run_queued(run_id)
+    assert served is not None and served.outcome is tenure.Outcome.COMPLETED
+    run = app.status(run_id)
+    assert run is not None and run.requeue_count == 1 and run.attempt == 1
+    tool = [e for e in app.events(run_id) if e.kind is EventKind.TOOL]
+    assert len(tool) == 1 and tool[0].payload["result"] == "tagged T-1"
+    assert audit(app.store, max_requeues=3).ok
+
+
+def test_unserved_hand_backs_wait_longer_each_time(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tenure.store._common.UNSERVED_BASE_SECONDS", 0.4)
+    app = make_runtime()
+    app.add_model("special", tenure.providers.Scripted())
+    run_id = app.enqueue(RunRequest(prompt="x", model="special", script=[{"say": "ok"}]))
+    plain = make_runtime()
+    waits = []
+    for _ in range(3):
+        wait_for(lambda: plain.run_queued(run_id) is not None)
+        run = plain.status(run_id)
+        assert run is not None and run.status is RunStatus.QUEUED and run.attempt == 0
+        assert run.available_at is not None
+        waits.append((run.available_at - plain.store.now()).total_seconds())
+    assert 0.2 < waits[0] <= 0.4 and 0.6 < waits[1] <= 0.8 and 1.4 < waits[2] <= 1.6
+    assert "model 'special'" in (plain.status(run_id).error or "")  # type: ignore[union-attr]
+
+
+def test_buffered_runs_handed_back_on_stop_count_no_attempt(make_runtime: MakeRuntime) -> None:
+    """A run claimed ahead and handed back unstarted keeps its attempt: a scripted failure
+    on attempt 0 fails its first real segment, whichever worker runs it."""
+    rt = make_runtime()
+    script = [{"fail": "server_error", "attempts": [0]}, {"say": "ok"}]
+    ids = [rt.enqueue(RunRequest(prompt="p", model="scripted", script=script)) for _ in range(300)]
+    worker = rt.worker(concurrency=1)
+    thread = start(worker)
+    wait_for(lambda: sum(worker.stats.outcomes.values()) >= 40)
+    worker.stop()
+    thread.join(20)
+    assert worker.stats.released > 0, "nothing was buffered: the test proves nothing"
+    handed = [
+        e
+        for run_id in ids
+        for e in rt.events(run_id)
+        if e.kind is EventKind.REQUEUED and e.payload["cause"] == "unstarted"
+    ]
+    assert handed and all(e.payload["why"] == "the worker is stopping" for e in handed)
+    time.sleep(0.2)  # the failed attempts' backoff
+    while rt.worker(concurrency=2, burst=True).run().claimed:
+        time.sleep(0.1)
+    for run_id in ids:
+        run = rt.status(run_id)
+        assert run is not None and run.status is RunStatus.COMPLETED, run
+        assert run.requeue_count == 1 and run.attempt == 1, run
+    assert audit(rt.store, max_requeues=3).ok

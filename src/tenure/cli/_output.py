@@ -161,6 +161,10 @@ def _requeued(p: dict[str, Any]) -> str:
         return f"stale: its worker stopped renewing lease token {p.get('lease_token')}"
     if cause == "drain":
         return f"handed back by {p.get('worker')} on drain"
+    if cause == "unstarted":
+        return f"handed back unstarted by {p.get('worker')}: {p.get('why')}"
+    if cause == "unserved":
+        return f"handed back: {p.get('why')} {', '.join(map(str, p.get('missing') or []))}"
     return _compact(p)
 
 

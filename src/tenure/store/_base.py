@@ -136,6 +136,11 @@ class Store(Protocol):
         self, lease: Lease, delay: float, error_class: FailureClass, error: str
     ) -> bool: ...
 
+    def hand_back(self, lease: Lease, why: str, missing: Sequence[str] = ()) -> bool:
+        """Give back a claimed run whose segment never started, untouched: no attempt
+        counted, no budget charged. With `missing` (what this worker lacks to serve it) the
+        run waits before it is claimable again, longer each time, and says why."""
+
     def release(self, lease: Lease) -> bool:
         """Hand a run back to the queue without charging its requeue budget (drain)."""
 
@@ -191,6 +196,9 @@ class Store(Protocol):
 
     def waiting_of(self, run_id: str) -> tuple[RunStatus, dict[str, Any] | None] | None:
         """The status and the full (unmasked) waiting record of a run."""
+
+    def held_by(self, owner: str) -> list[Lease]:
+        """The leases `owner` holds now, as the database has them."""
 
     def stale_runs(self, limit: int) -> list[StaleRun]: ...
 

@@ -29,6 +29,10 @@ from tenure.store._base import NO_USAGE, Claimed, Lease, NewEvent, NewRun, Settl
 from tenure.store._rows import event_from_row, run_from_row
 
 T = TypeVar("T")
+# A run handed back by a worker that cannot serve it waits this long before it is claimable
+# again, doubled at each such hand-back, up to the cap.
+UNSERVED_BASE_SECONDS = 5.0
+UNSERVED_CAP_SECONDS = 600.0
 ClaimRow = tuple[str, int, int, str | None, int, int, str | None]
 
 
@@ -323,6 +327,23 @@ class SQLStore(ABC):
         )
         return self._guarded("requeue", params, lease.run_id, [event], lease) is not None
 
+    def hand_back(self, lease: Lease, why: str, missing: Sequence[str] = ()) -> bool:
+        unserved = bool(missing)
+        error = f"{why}: {', '.join(missing)}" if unserved else ""
+        params = {
+            **self._lease_params(lease),
+            "unserved": unserved,
+            "unserved_base": UNSERVED_BASE_SECONDS,
+            "unserved_cap": UNSERVED_CAP_SECONDS,
+            "error": error,
+        }
+        cause = "unserved" if unserved else "unstarted"
+        payload: dict[str, Any] = {"cause": cause, "worker": lease.owner, "why": why}
+        if unserved:
+            payload["missing"] = list(missing)
+        event = lifecycle(EventKind.REQUEUED, **payload)
+        return self._guarded("hand_back", params, lease.run_id, [event], lease) is not None
+
     def release(self, lease: Lease) -> bool:
         event = lifecycle(EventKind.REQUEUED, cause="drain", worker=lease.owner)
         return (
@@ -476,6 +497,10 @@ class SQLStore(ABC):
             return None
         status, raw = rows[0]
         return RunStatus(status), (json.loads(raw) if raw else None)
+
+    def held_by(self, owner: str) -> list[Lease]:
+        rows = self._read(self._q["held_by"], {"owner": owner})
+        return [Lease(row[0], row[1], int(row[2]), int(row[3])) for row in rows]
 
     def stale_runs(self, limit: int) -> list[StaleRun]:
         return [

@@ -112,7 +112,7 @@ class Metrics:
         self.model_tokens = Counter(
             "tenure_model_tokens", "Model tokens, by direction", ["direction"], registry=r
         )
-        for cause in ("failure", "stale", "drain"):
+        for cause in ("failure", "stale", "drain", "unstarted", "unserved"):
             self.requeues.labels(cause)
         for reason in ("retries_exhausted", "not_retryable"):
             self.dead_letters.labels(reason)
@@ -249,6 +249,13 @@ class ObservedStore:
             self._ended(lease, "requeued")
         else:
             self._missed(lease)
+        return won
+
+    def hand_back(self, lease: Lease, why: str, missing: Sequence[str] = ()) -> bool:
+        won = self.inner.hand_back(lease, why, missing)
+        if won:
+            self.metrics.requeues.labels("unserved" if missing else "unstarted").inc()
+            self._ended(lease, "released")
         return won
 
     def release(self, lease: Lease) -> bool:

@@ -85,7 +85,7 @@ UPDATE tenure_runs r
    SET status = 'running', claimed_by = %(owner)s,
        lease_expires = {now} + make_interval(secs => %(lease)s),
        lease_token = r.lease_token + 1,
-       attempt = CASE WHEN r.lease_token = 0 THEN 0 ELSE r.attempt + 1 END,
+       attempt = CASE WHEN r.started_at IS NULL THEN 0 ELSE r.attempt + 1 END,
        started_at = COALESCE(r.started_at, {now}), updated_at = {now},
        last_sequence = r.last_sequence + 1
   FROM picked
@@ -99,7 +99,7 @@ UPDATE tenure_runs
    SET status = 'running', claimed_by = %(owner)s,
        lease_expires = {now} + make_interval(secs => %(lease)s),
        lease_token = lease_token + 1,
-       attempt = CASE WHEN lease_token = 0 THEN 0 ELSE attempt + 1 END,
+       attempt = CASE WHEN started_at IS NULL THEN 0 ELSE attempt + 1 END,
        started_at = COALESCE(started_at, {now}), updated_at = {now},
        last_sequence = last_sequence + 1
  WHERE id = %(id)s AND status = 'queued' AND available_at <= {now}
@@ -146,6 +146,30 @@ UPDATE tenure_runs
    AND lease_token = %(token)s
 RETURNING last_sequence, attempt, lease_token,
           CASE WHEN %(delay)s <= 0 THEN pg_notify('tenure_runs', queue) END;
+
+-- name: hand_back
+-- A claimed run whose segment never started goes back untouched: no attempt counted (the
+-- claim's increment is undone; a first claim also forgets its start), no budget charged.
+-- `available_at` keeps its place at the head of the queue, unless the run is handed back
+-- because this worker cannot serve it: then it waits %(unserved_base)s * 2^n seconds (at
+-- most %(unserved_cap)s), n being how often that happened before.
+UPDATE tenure_runs
+   SET status = 'queued', claimed_by = '', lease_expires = NULL,
+       attempt = CASE WHEN attempt = 0 THEN 0 ELSE attempt - 1 END,
+       started_at = CASE WHEN attempt = 0 THEN NULL ELSE started_at END,
+       available_at = CASE WHEN %(unserved)s
+                           THEN {now} + make_interval(secs => LEAST(
+                                %(unserved_base)s * power(2, LEAST(unserved, 30)),
+                                %(unserved_cap)s))
+                           ELSE available_at END,
+       unserved = unserved + CASE WHEN %(unserved)s THEN 1 ELSE 0 END,
+       error_class = CASE WHEN %(unserved)s THEN 'configuration' ELSE error_class END,
+       error = CASE WHEN %(unserved)s THEN %(error)s ELSE error END,
+       last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s AND pending_effect = ''
+RETURNING last_sequence, attempt, lease_token,
+          CASE WHEN NOT %(unserved)s THEN pg_notify('tenure_runs', queue) END;
 
 -- name: release
 -- `available_at` keeps its (past) value: the run goes back to its old place at the
@@ -213,6 +237,12 @@ UPDATE tenure_runs
        finished_at = {now}, updated_at = {now}
  WHERE id = %(id)s AND status NOT IN ('completed', 'failed', 'cancelled')
 RETURNING last_sequence, attempt, lease_token;
+
+-- name: held_by
+-- The runs an owner holds now (a worker checks its claims after a commit whose outcome it
+-- could not learn).
+SELECT id, claimed_by, lease_token, attempt FROM tenure_runs
+ WHERE status = 'running' AND claimed_by = %(owner)s;
 
 -- name: stale_runs
 -- Running rows whose lease expired: candidates for the reaper.

@@ -40,7 +40,7 @@ VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, {now});
 UPDATE tenure_runs
    SET status = 'running', claimed_by = :owner, lease_expires = {now} + :lease,
        lease_token = lease_token + 1,
-       attempt = CASE WHEN lease_token = 0 THEN 0 ELSE attempt + 1 END,
+       attempt = CASE WHEN started_at IS NULL THEN 0 ELSE attempt + 1 END,
        started_at = COALESCE(started_at, {now}), updated_at = {now},
        last_sequence = last_sequence + 1
  WHERE id IN (SELECT id FROM tenure_runs INDEXED BY tenure_runs_claimable
@@ -55,7 +55,7 @@ RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decis
 UPDATE tenure_runs
    SET status = 'running', claimed_by = :owner, lease_expires = {now} + :lease,
        lease_token = lease_token + 1,
-       attempt = CASE WHEN lease_token = 0 THEN 0 ELSE attempt + 1 END,
+       attempt = CASE WHEN started_at IS NULL THEN 0 ELSE attempt + 1 END,
        started_at = COALESCE(started_at, {now}), updated_at = {now},
        last_sequence = last_sequence + 1
  WHERE id = :id AND status = 'queued' AND available_at <= {now}
@@ -93,6 +93,28 @@ UPDATE tenure_runs
        pending_effect = '', error_class = :error_class, error = :error,
        last_sequence = last_sequence + 1, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+RETURNING last_sequence, attempt, lease_token;
+
+-- name: hand_back
+-- A claimed run whose segment never started goes back untouched: no attempt counted (the
+-- claim's increment is undone; a first claim also forgets its start), no budget charged.
+-- `available_at` keeps its place at the head of the queue, unless the run is handed back
+-- because this worker cannot serve it: then it waits :unserved_base * 2^n seconds (at most
+-- :unserved_cap), n being how often that happened before.
+UPDATE tenure_runs
+   SET status = 'queued', claimed_by = '', lease_expires = NULL,
+       attempt = CASE WHEN attempt = 0 THEN 0 ELSE attempt - 1 END,
+       started_at = CASE WHEN attempt = 0 THEN NULL ELSE started_at END,
+       available_at = CASE WHEN :unserved
+                           THEN {now} + MIN(:unserved_base * (1 << MIN(unserved, 30)),
+                                            :unserved_cap)
+                           ELSE available_at END,
+       unserved = unserved + CASE WHEN :unserved THEN 1 ELSE 0 END,
+       error_class = CASE WHEN :unserved THEN 'configuration' ELSE error_class END,
+       error = CASE WHEN :unserved THEN :error ELSE error END,
+       last_sequence = last_sequence + 1, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND pending_effect = ''
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: release
@@ -163,6 +185,12 @@ UPDATE tenure_runs
        finished_at = {now}, updated_at = {now}
  WHERE id = :id AND status NOT IN ('completed', 'failed', 'cancelled')
 RETURNING last_sequence, attempt, lease_token;
+
+-- name: held_by
+-- The runs an owner holds now (a worker checks its claims after a commit whose outcome it
+-- could not learn).
+SELECT id, claimed_by, lease_token, attempt FROM tenure_runs
+ WHERE status = 'running' AND claimed_by = :owner;
 
 -- name: stale_runs
 -- Running rows whose lease expired: candidates for the reaper.
