@@ -222,7 +222,7 @@ def test_corrupt_script_found_at_claim_fails_not_retryable(runtime: tenure.Runti
     assert "script turn 0" in run.error
 
 
-def test_unknown_model_at_claim_fails_not_retryable(
+def test_unknown_model_at_claim_hands_the_run_back_for_a_worker_that_has_it(
     make_runtime: MakeRuntime,
 ) -> None:
     enqueuer = make_runtime()
@@ -230,10 +230,11 @@ def test_unknown_model_at_claim_fails_not_retryable(
     run_id = enqueuer.enqueue(RunRequest(prompt="x", model="special"))
     worker = make_runtime()  # a deployment that lacks the model
     result = worker.run_queued(run_id)
-    assert result is not None and result.outcome is Outcome.FAILED
+    assert result is not None and result.outcome is Outcome.REQUEUED
     run = worker.status(run_id)
-    assert run is not None and run.error_class is FailureClass.CONFIGURATION
-    assert "special" in run.error
+    assert run is not None and run.status is RunStatus.QUEUED
+    assert run.error_class is FailureClass.CONFIGURATION and "special" in run.error
+    assert run.attempt == 0 and run.requeue_count == 0
 
 
 def test_a_failure_inside_recovery_dead_letters_the_run(runtime: tenure.Runtime) -> None:
