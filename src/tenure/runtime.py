@@ -299,7 +299,7 @@ class Runtime:
         run = self.status(run_id)
         if run is None or run.waiting is None:
             return []
-        keys = ("call_id", "tool", "effect", "args", "kind", "input_schema")
+        keys = ("call_id", "tool", "effect", "args", "kind", "sensitive", "input_schema")
         return [{k: call.get(k) for k in keys} for call in run.waiting["calls"]]
 
     def approve(
