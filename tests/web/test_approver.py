@@ -130,12 +130,13 @@ def test_an_input_form_starts_from_the_models_proposal_but_never_a_sensitive_one
     ship = client.get(f"/runs/{held.ship}").text
     assert re.search(r'name="value.address" value="9 Model Way" placeholder="9 Model Way"', ship)
     assert re.search(r'name="value.express" value="true" checked', ship)
-    assert "proposed by the model" in ship
+    assert "proposed by the model" in ship and "submit it as it is, or change it" in ship
     for url in (f"/runs/{held.unlock}", f"/runs/{held.unlock}?reveal=true"):
         unlock = client.get(url).text
         start = unlock.index('class="input-form"')
         form = unlock[start : unlock.index("</form>", start)]
         assert "1357" not in form and "proposed by the model" not in form
+        assert "submit it as it is" not in unlock
         assert re.search(r'name="value.pin" required', form)
     # Accepting the proposal as it stands.
     submitted = client.post(
