@@ -155,7 +155,8 @@ class Runtime:
         `requires_approval=True` holds a call until a person approves it (`approve`);
         `input_schema` (a pydantic model or an object JSON schema) holds it until a person
         submits values (`submit_input`) that overlay the model's arguments. `sensitive`
-        hides the call's arguments in `status()`.
+        hides the call's arguments while it is held (`status()`, `pending_calls()`, the
+        dashboard); a held call of any other tool shows them to whoever decides it.
         """
 
         def register(f: F) -> F:
