@@ -155,7 +155,8 @@ class Runtime:
         `requires_approval=True` holds a call until a person approves it (`approve`);
         `input_schema` (a pydantic model or an object JSON schema) holds it until a person
         submits values (`submit_input`) that overlay the model's arguments. `sensitive`
-        hides the call's arguments in `status()`.
+        hides the call's arguments while it is held (`status()`, `pending_calls()`, the
+        dashboard); a held call of any other tool shows them to whoever decides it.
         """
 
         def register(f: F) -> F:
@@ -299,7 +300,7 @@ class Runtime:
         run = self.status(run_id)
         if run is None or run.waiting is None:
             return []
-        keys = ("call_id", "tool", "effect", "args", "kind", "input_schema")
+        keys = ("call_id", "tool", "effect", "args", "kind", "sensitive", "input_schema")
         return [{k: call.get(k) for k in keys} for call in run.waiting["calls"]]
 
     def approve(

@@ -5,9 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tenure import RunStatus
 
 from .conftest import Cli, one_line_error
+
+
+@pytest.fixture
+def any_cli(tmp_path: Path, db_url: str) -> Cli:
+    """The executable on each store."""
+    return Cli(tmp_path, db_url)
+
 
 GATED_APP = '''
 import tenure
@@ -19,6 +28,11 @@ rt = tenure.Runtime()
 def refund(order: str) -> str:
     """Refund an order."""
     return f"refunded {order}"
+
+@rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True, sensitive=True)
+def wire(iban: str, amount: int) -> str:
+    """Wire money to a bank account."""
+    return f"wired {amount}"
 
 @rt.tool(input_schema={"type": "object", "properties": {"code": {"type": "string"}},
                        "required": ["code"]})
@@ -33,7 +47,7 @@ def gated(cli: Cli) -> str:
     return "gated_app:rt"
 
 
-def enqueue(cli: Cli, app: str, tool: str, args: dict[str, str]) -> str:
+def enqueue(cli: Cli, app: str, tool: str, args: dict[str, object]) -> str:
     script = cli.script([{"call": [{"tool": tool, "args": args}]}, {"say": "ok"}])
     result = cli(
         "--app", app, "enqueue", "--prompt", "p", "--model", "scripted", "--tool", tool,
@@ -101,3 +115,26 @@ def test_unknown_run(cli: Cli) -> None:
     app = gated(cli)
     result = cli("--app", app, "approve", "no-such-run", "--by", "x")
     assert result.code == 1 and "no-such-run" in one_line_error(result)
+
+
+def test_pending_shows_the_arguments_of_calls_not_sensitive(any_cli: Cli) -> None:
+    app = gated(any_cli)
+    refund = enqueue(any_cli, app, "refund", {"order": "A-9"})
+    wire = enqueue(any_cli, app, "wire", {"iban": "DE89 3704", "amount": 900})
+    listed = any_cli("--app", app, "pending")
+    assert listed.code == 0, listed.err
+    (refund_line,) = [line for line in listed.out.splitlines() if line.startswith(refund)]
+    assert 'refund({"order": "A-9"}) [approve?]' in refund_line
+    (wire_line,) = [line for line in listed.out.splitlines() if line.startswith(wire)]
+    assert "wire(<hidden>) [approve?]" in wire_line and "DE89" not in listed.out
+    as_json = {r["id"]: r for r in any_cli("--app", app, "pending", "--json").json()}
+    (call,) = as_json[refund]["pending_calls"]
+    assert call["args"] == {"order": "A-9"} and call["sensitive"] is False
+    (call,) = as_json[wire]["pending_calls"]
+    assert call["args"] == "<hidden>" and call["sensitive"] is True
+    assert "DE89" not in json.dumps(as_json)
+    done = any_cli("--app", app, "approve", refund, "--by", "ada")
+    assert done.code == 0, done.err
+    any_cli("--app", app, "worker", "--burst", "--poll-interval", "0.05")
+    status = any_cli("--app", app, "status", refund, "--json").json()
+    assert status["status"] == RunStatus.COMPLETED

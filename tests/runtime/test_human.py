@@ -87,6 +87,7 @@ def test_the_whole_turn_waits_for_approval_without_a_lease(runtime: tenure.Runti
         "effect": "non_idempotent_write",
         "args": {"amount": 5},
         "kind": "approval",
+        "sensitive": False,
         "input_schema": None,
     }
 

@@ -43,9 +43,14 @@ def make_runtime(url: str) -> tenure.Runtime:
         return {"customer": customer, "plan": "gold"}
 
     @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True)
-    def refund(amount: int) -> dict[str, int]:
+    def refund(amount: int, order: str = "") -> dict[str, int]:
         """Refund a customer (a person approves it first)."""
         return {"refunded": amount}
+
+    @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True, sensitive=True)
+    def wire(iban: str, amount: int) -> str:
+        """Wire money to a bank account."""
+        return f"wired {amount}"
 
     @rt.tool(
         input_schema={
@@ -60,6 +65,19 @@ def make_runtime(url: str) -> tenure.Runtime:
     def ship(address: str = "", express: bool = False) -> str:
         """Ship to an address a person types in."""
         return f"shipping to {address}" + (" (express)" if express else "")
+
+    @rt.tool(
+        effect=ToolEffect.IDEMPOTENT_WRITE,
+        input_schema={
+            "type": "object",
+            "properties": {"pin": {"type": "string"}},
+            "required": ["pin"],
+        },
+        sensitive=True,
+    )
+    def unlock(pin: str = "") -> str:
+        """Unlock a door with a PIN only a person knows."""
+        return "open" if pin == "2468" else "still locked"
 
     return rt
 
@@ -143,6 +161,45 @@ def seed_waiting(rt: tenure.Runtime) -> Waiting:
             Outcome.AWAITING_INPUT,
         ), result
     return Waiting(approval, needs_input)
+
+
+@dataclass
+class Held:
+    refund: str  # waits for approval; refund is not sensitive
+    wire: str  # waits for approval; wire is sensitive
+    ship: str  # waits for input; the model proposed values
+    unlock: str  # waits for input; unlock is sensitive, the model proposed a PIN
+
+
+REFUND_ARGS = {"amount": 4321, "order": "A-77"}
+WIRE_ARGS = {"iban": "DE89 3704 0044 0532 0130 00", "amount": 900}
+SHIP_ARGS = {"address": "9 Model Way", "express": True}
+UNLOCK_ARGS = {"pin": "1357"}
+
+
+def seed_held(rt: tenure.Runtime) -> Held:
+    """One run held on each kind of call a person reads before deciding."""
+    held = []
+    for tool, args in (
+        ("refund", REFUND_ARGS),
+        ("wire", WIRE_ARGS),
+        ("ship", SHIP_ARGS),
+        ("unlock", UNLOCK_ARGS),
+    ):
+        run_id = rt.enqueue(
+            RunRequest(
+                prompt=f"{tool} please",
+                tools=[tool],
+                script=[{"call": [{"tool": tool, "args": args}]}, {"say": "done"}],
+            )
+        )
+        result = rt.run_queued(run_id)
+        assert result is not None and result.outcome in (
+            Outcome.AWAITING_APPROVAL,
+            Outcome.AWAITING_INPUT,
+        ), result
+        held.append(run_id)
+    return Held(*held)
 
 
 def _wait_claimable(rt: tenure.Runtime, run_id: str) -> None:

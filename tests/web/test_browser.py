@@ -17,10 +17,20 @@ import pytest
 import uvicorn
 
 import tenure
-from tenure import RunRequest, RunStatus
+from tenure import Outcome, RunRequest, RunStatus
 from tenure.web import create_app
 
-from .conftest import TOKEN, Seeded, Waiting, seed_waiting
+from .conftest import (
+    REFUND_ARGS,
+    TOKEN,
+    WIRE_ARGS,
+    Held,
+    Seeded,
+    Waiting,
+    make_runtime,
+    seed_held,
+    seed_waiting,
+)
 
 CHROMIUM = os.environ.get("TENURE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -97,6 +107,24 @@ def server(rt: tenure.Runtime) -> Iterator[Server]:
 
 @pytest.fixture
 def page(browser: Any, server: Server) -> Iterator[Any]:
+    yield from _page(browser, server)
+
+
+@pytest.fixture
+def any_rt(db_url: str) -> Iterator[tenure.Runtime]:
+    """A runtime on each store, for the tests that run on every one."""
+    runtime = make_runtime(db_url)
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture
+def any_page(browser: Any, any_rt: tenure.Runtime) -> Iterator[Any]:
+    with Server(create_app(any_rt, token=TOKEN)) as s:
+        yield from _page(browser, s)
+
+
+def _page(browser: Any, server: Server) -> Iterator[Any]:
     context = browser.new_context(base_url=server.url, viewport={"width": 1400, "height": 900})
     pg = context.new_page()
     errors: list[str] = []
@@ -201,6 +229,65 @@ def test_approve_a_pending_run(page: Any, rt: tenure.Runtime) -> None:
     decision = next(e for e in rt.events(waiting.approval) if e.kind == "approval")
     assert decision.payload["decided_by"] == "grace" and decision.payload["approved"] is True
     shot(page, "approved")
+
+
+def test_an_approver_sees_what_they_approve(any_page: Any, any_rt: tenure.Runtime) -> None:
+    page, rt = any_page, any_rt
+    held: Held = seed_held(rt)
+    log_in(page, "grace")
+    page.goto("/pending")
+    refund = page.locator("section.pending-run", has_text=held.refund)
+    call = refund.locator("article.held-call")
+    # The refund's amount and order are there to read, without revealing anything.
+    assert call.locator("table.args tr", has_text="amount").inner_text().split() == [
+        "amount",
+        str(REFUND_ARGS["amount"]),
+    ]
+    assert "A-77" in call.locator("table.args").inner_text()
+    assert "Refund a customer" in call.locator(".description").inner_text()
+    assert "runs once; cannot be undone by tenure" in call.locator(".irreversible").inner_text()
+    # The wire's tool is sensitive: its account stays hidden until revealed.
+    wire = page.locator("section.pending-run", has_text=held.wire)
+    assert "<hidden>" in wire.locator(".args-hidden").inner_text()
+    assert str(WIRE_ARGS["iban"]) not in page.content()
+    shot(page, "pending_held_calls")
+    page.click("text=reveal sensitive arguments")
+    page.wait_for_url("**/pending?reveal=true")
+    wire = page.locator("section.pending-run", has_text=held.wire)
+    assert str(WIRE_ARGS["iban"]) in wire.locator("table.args").inner_text()
+
+    # An input form starts from the model's proposal, a sensitive one's from nothing.
+    ship = page.locator("section.pending-run", has_text=held.ship)
+    assert ship.locator("input[name='value.address']").input_value() == "9 Model Way"
+    assert ship.locator("input[name='value.express']").is_checked()
+    unlock = page.locator("section.pending-run", has_text=held.unlock)
+    assert unlock.locator("input[name='value.pin']").input_value() == ""
+
+    page.goto("/pending")
+    refund = page.locator("section.pending-run", has_text=held.refund)
+    refund.locator("input[name=note]").fill("order checked")
+    refund.locator("button:has-text('approve')").click()
+    page.wait_for_url(f"**/runs/{held.refund}?done=approved")
+    run = rt.status(held.refund)
+    assert run is not None and run.status is RunStatus.QUEUED
+    decision = next(e for e in rt.events(held.refund) if e.kind == "approval")
+    assert decision.payload["decided_by"] == "grace" and decision.payload["approved"] is True
+    result = rt.run_queued(held.refund)
+    assert result is not None and result.outcome is Outcome.COMPLETED
+
+    # A waiting run's own page shows its held call the same way.
+    page.goto(f"/runs/{held.wire}")
+    assert "sensitive" in page.locator("article.held-call").inner_text()
+    assert str(WIRE_ARGS["iban"]) not in page.content()
+    page.goto(f"/runs/{held.ship}")
+    assert "9 Model Way" in page.locator("article.held-call table.args").inner_text()
+    page.click("button:has-text('submit input')")
+    page.wait_for_url(f"**/runs/{held.ship}?done=submitted")
+    result = rt.run_queued(held.ship)
+    assert result is not None and result.outcome is Outcome.COMPLETED
+    tool = next(e for e in rt.events(held.ship) if e.kind == "tool")
+    assert tool.payload["result"] == "shipping to 9 Model Way (express)"
+    shot(page, "input_accepted")
 
 
 def test_live_leases_by_worker_and_a_reaper_pass(page: Any, rt: tenure.Runtime) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from tenure import Event, EventKind, RunStatus, TerminationReason
-from tenure.web._views import HIDDEN, counts, hide_payload, timeline
+from tenure.web._views import HIDDEN, counts, held_calls, hide_payload, timeline
 
 
 def test_content_keys_are_hidden_by_an_allowlist_per_kind() -> None:
@@ -68,3 +68,45 @@ def test_counts_include_every_status_and_reason() -> None:
     assert c.total == 6 and c.dead_letters == 2
     assert c.by_status["failed"] == 3 and c.by_status["running"] == 0
     assert set(c.by_reason) == {str(r) for r in TerminationReason}
+
+
+def _turn(*calls: tuple[str, str, str]) -> Event:
+    message = {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+            for i, n, a in calls
+        ],
+    }
+    return Event("r", 3, 1, EventKind.LLM, {"message": message}, datetime.now(UTC), 1)
+
+
+def test_held_calls_hide_only_what_is_sensitive_and_reveal_it_from_the_turn() -> None:
+    calls = [
+        {"call_id": "c1", "tool": "refund", "effect": "non_idempotent_write", "kind": "approval",
+         "sensitive": False, "args": {"amount": 5, "order": "A-1"}},
+        {"call_id": "c2", "tool": "wire", "effect": "non_idempotent_write", "kind": "approval",
+         "sensitive": True, "args": HIDDEN},
+        {"call_id": "c3", "tool": "gone", "effect": "read_only", "kind": "none",
+         "args": {"q": 1}},  # a record that does not say: hidden
+        {"call_id": "c4", "tool": "later", "effect": "read_only", "kind": "none",
+         "sensitive": False, "args": {"k": "v"}},  # declared sensitive since: hidden
+    ]  # fmt: skip
+    tools = {"refund": ("Refund an order.", False), "later": ("", True)}
+
+    def describe(name: str) -> tuple[str, bool]:
+        return tools.get(name, ("", False))
+
+    refund, wire, gone, later = held_calls(calls, describe=describe)
+    assert refund.args == {"amount": 5, "order": "A-1"} and not refund.hidden
+    assert refund.rows == [("amount", "5"), ("order", "A-1")]
+    assert refund.description == "Refund an order."
+    assert refund.warning == "runs once; cannot be undone by tenure"
+    assert refund.proposed == {"amount": 5, "order": "A-1"}
+    assert wire.hidden and wire.sensitive and wire.proposed == {}
+    assert gone.hidden and later.hidden and gone.warning == ""
+    turn = _turn(("c1", "refund", "{}"), ("c2", "wire", '{"iban": "X"}'), ("c4", "later", "{}"))
+    shown = held_calls(calls, describe=describe, events=[turn])
+    assert shown[1].args == {"iban": "X"} and shown[1].proposed == {}
+    assert shown[2].hidden  # not in the turn: stays hidden
+    assert shown[3].args == {}

@@ -329,7 +329,7 @@ def pending(
     for run in rt.pending(limit=limit):
         data = _views.run_json(run, reveal=reveal)
         data["pending_calls"] = [
-            _views.pending_call_json(c, reveal=reveal) for c in rt.pending_calls(run.id)
+            c.to_json() for c in web_of(request).held_calls(run.id, caller, reveal=reveal)
         ]
         out.append(data)
     return out
@@ -342,8 +342,7 @@ def pending_calls(
     reveal = revealing(request, reveal)
     web = web_of(request)
     web.run(run_id)
-    rt: Any = web.runtime
-    return [_views.pending_call_json(c, reveal=reveal) for c in rt.pending_calls(run_id)]
+    return [c.to_json() for c in web.held_calls(run_id, caller, reveal=reveal)]
 
 
 @hitl_router.post("/runs/{run_id}/decision", summary="Approve or deny a run's held calls")

@@ -256,10 +256,9 @@ def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
     backoff_until = run.available_at if run.status is RunStatus.QUEUED else None
     if backoff_until is not None and backoff_until <= web.store.now():
         backoff_until = None
-    calls: list[dict[str, Any]] = []
+    calls: list[_views.HeldCall] = []
     if web.hitl and run.status in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT):
-        rt: Any = web.runtime
-        calls = [_views.pending_call_json(c, reveal=reveal) for c in rt.pending_calls(run_id)]
+        calls = web.held_calls(run_id, caller, reveal=reveal)
     return render(
         request,
         "run.html",
@@ -396,23 +395,41 @@ def reap_form(request: Request, csrf: Annotated[str | None, Form()] = None) -> R
 # -- human in the loop -------------------------------------------------------------------------
 
 
-def _fields(schema: Any) -> list[dict[str, Any]]:
-    """Form fields for the properties of an input's JSON schema."""
+def _fits(kind: str, enum: Any, value: Any) -> bool:
+    """Whether the model's proposed value can start a field of this kind."""
+    if value is None:
+        return False
+    if isinstance(enum, list):
+        return value in enum
+    if kind in ("integer", "number"):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    return kind == "json" or isinstance(value, str)
+
+
+def _fields(schema: Any, proposed: Any = None) -> list[dict[str, Any]]:
+    """Form fields for the properties of an input's JSON schema, each with the value the
+    model proposed for it when that value fits the field."""
     if not isinstance(schema, dict):
         return []
     props = schema.get("properties") or {}
     required = set(schema.get("required") or [])
+    proposed = proposed if isinstance(proposed, dict) else {}
     fields = []
     for name, spec in props.items():
         spec = spec if isinstance(spec, dict) else {}
         kind = spec.get("type", "string")
+        kind = kind if kind in ("string", "integer", "number", "boolean") else "json"
+        value = proposed.get(name)
         fields.append(
             {
                 "name": str(name),
-                "type": kind if kind in ("string", "integer", "number", "boolean") else "json",
+                "type": kind,
                 "enum": spec.get("enum"),
                 "required": name in required,
                 "description": spec.get("description", ""),
+                "proposed": value if _fits(kind, spec.get("enum"), value) else None,
             }
         )
     return fields
@@ -452,14 +469,11 @@ def pending_page(request: Request, reveal: bool = False) -> Response:
         raise InvalidRequest("this runtime has no human-in-the-loop support")
     reveal = _reveal(request, caller, reveal)
     rt: Any = web.runtime
-    items = [
-        (
-            run,
-            [_views.pending_call_json(c, reveal=reveal) for c in rt.pending_calls(run.id)],
-        )
-        for run in rt.pending(limit=100)
-    ]
-    return render(request, "pending.html", items=items, reveal=reveal, fields=_fields)
+    items = [(run, web.held_calls(run.id, caller, reveal=reveal)) for run in rt.pending(limit=100)]
+    hidden = any(call.hidden for _, calls in items for call in calls)
+    return render(
+        request, "pending.html", items=items, reveal=reveal, hidden=hidden, fields=_fields
+    )
 
 
 @router.post("/runs/{run_id}/decision")

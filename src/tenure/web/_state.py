@@ -97,6 +97,28 @@ class Web:
             reveal=reveal,
         )
 
+    def held_calls(self, run_id: str, caller: Caller, *, reveal: bool) -> list[_views.HeldCall]:
+        """The calls a waiting run holds, with what this process knows of their tools.
+
+        Revealing the arguments of a sensitive tool is an audited read."""
+        calls = self.runtime.pending_calls(run_id)
+        tools = self.runtime.engine.tools
+
+        def describe(name: str) -> tuple[str, bool]:
+            tool = tools.get(name)
+            if tool is None:
+                return "", False
+            # A tool without a docstring is described by its own name: nothing to add.
+            return ("" if tool.description == name else tool.description), tool.gate.sensitive
+
+        held = _views.held_calls(calls, describe=describe)
+        if reveal and any(c.sensitive for c in held):
+            held = _views.held_calls(calls, describe=describe, events=self.runtime.events(run_id))
+            audit.info(
+                "reveal sensitive arguments of %s by %s (%s)", run_id, caller.actor, caller.via
+            )
+        return held
+
     # -- operator actions (audited) ----------------------------------------------------------
 
     def cancel(self, run_id: str, caller: Caller) -> None:

@@ -4,6 +4,9 @@ Content written by people or models (prompts, answers, tool arguments and result
 values, notes) is replaced by HIDDEN unless the caller asked to reveal it; the structure of a
 run (kinds, tools, effects, leases, tokens, errors, timings) is always shown. Which payload
 keys are structure is an allowlist per event kind, so a key added later starts out hidden.
+
+The calls a waiting run holds are the exception: a person asked to approve a call must see
+what it does, so their arguments are shown unless the tool is declared `sensitive`.
 """
 
 from __future__ import annotations
@@ -92,6 +95,14 @@ def event_json(event: Event, *, reveal: bool) -> dict[str, Any]:
     return data
 
 
+def _hide_held(call: Any) -> Any:
+    """A held call's arguments stay in sight unless its tool is sensitive (or the record
+    does not say that it is not)."""
+    if not isinstance(call, dict) or "args" not in call:
+        return call
+    return call if call.get("sensitive") is False else {**call, "args": HIDDEN}
+
+
 def _hide_waiting(waiting: Any) -> Any:
     if not isinstance(waiting, dict):
         return waiting
@@ -99,9 +110,7 @@ def _hide_waiting(waiting: Any) -> Any:
     for key in ("calls", "pending"):
         calls = out.get(key)
         if isinstance(calls, list):
-            out[key] = [
-                {**c, "args": HIDDEN} if isinstance(c, dict) and "args" in c else c for c in calls
-            ]
+            out[key] = [_hide_held(c) for c in calls]
     for key in ("message", "turn"):
         if key in out:
             out[key] = _hide_message(out[key])
@@ -119,10 +128,109 @@ def run_json(run: Run, *, reveal: bool) -> dict[str, Any]:
     return data
 
 
-def pending_call_json(call: Mapping[str, Any], *, reveal: bool) -> dict[str, Any]:
-    out = dict(call)
-    if not reveal and out.get("args") != HIDDEN:
-        out["args"] = HIDDEN
+# -- the calls a waiting run holds -------------------------------------------------------------
+
+# What an effect means to the person who decides, in their words.
+EFFECT_WORDS: dict[str, str] = {
+    ToolEffect.READ_ONLY: "reads only; changes nothing",
+    ToolEffect.IDEMPOTENT_WRITE: "writes; safe to run again",
+    ToolEffect.NON_IDEMPOTENT_WRITE: "writes; not safe to run twice",
+}
+IRREVERSIBLE = "runs once; cannot be undone by tenure"
+
+
+@dataclass(frozen=True)
+class HeldCall:
+    """One call of a held turn, as the person who decides it reads it."""
+
+    call_id: str
+    tool: str
+    effect: str
+    kind: str
+    args: Any
+    sensitive: bool
+    description: str
+    input_schema: Any
+
+    @property
+    def hidden(self) -> bool:
+        return isinstance(self.args, str) and self.args == HIDDEN
+
+    @property
+    def warning(self) -> str:
+        return IRREVERSIBLE if self.effect == ToolEffect.NON_IDEMPOTENT_WRITE else ""
+
+    @property
+    def effect_words(self) -> str:
+        return EFFECT_WORDS.get(self.effect, "")
+
+    @property
+    def rows(self) -> list[tuple[str, str]]:
+        """The arguments as (name, value) rows; anything but an object is one row."""
+        if isinstance(self.args, dict):
+            return [(str(k), _cell(v)) for k, v in self.args.items()]
+        return [("", _cell(self.args))]
+
+    @property
+    def proposed(self) -> dict[str, Any]:
+        """What the model proposed for each argument, for an input form to start from; a
+        sensitive tool's proposal is never put into a form."""
+        if self.sensitive or not isinstance(self.args, dict):
+            return {}
+        return self.args
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "description": self.description,
+            "effect": self.effect,
+            "kind": self.kind,
+            "sensitive": self.sensitive,
+            "args": self.args,
+            "input_schema": self.input_schema,
+        }
+
+
+def _cell(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+
+
+def held_calls(
+    calls: Iterable[Mapping[str, Any]],
+    *,
+    describe: Callable[[str], tuple[str, bool]],
+    events: Iterable[Event] | None = None,
+) -> list[HeldCall]:
+    """The held calls as a person reads them.
+
+    `describe(tool)` gives the tool's description and whether this process declares it
+    sensitive; a call is sensitive when either its record or the tool says so, so a tool
+    declared sensitive after the run was held is hidden too. The record keeps no sensitive
+    arguments: with `events` (the caller asked to reveal them), they are read from the model's
+    turn in the journal.
+    """
+    revealed = {call_id: args for call_id, _, args in _pending_calls(events or [])}
+    out = []
+    for call in calls:
+        tool = str(call.get("tool"))
+        description, declared = describe(tool)
+        sensitive = bool(call.get("sensitive", True)) or declared
+        args = call.get("args")
+        if sensitive:
+            args = revealed.get(str(call.get("call_id")), HIDDEN) if events is not None else HIDDEN
+        out.append(
+            HeldCall(
+                call_id=str(call.get("call_id")),
+                tool=tool,
+                effect=str(call.get("effect") or ""),
+                kind=str(call.get("kind") or "none"),
+                args=args,
+                sensitive=sensitive,
+                description=description,
+                input_schema=call.get("input_schema"),
+            )
+        )
     return out
 
 
