@@ -146,3 +146,19 @@ def test_default_database_comes_from_the_environment(
     assert tenure.Runtime().database_url == f"sqlite:///{tmp_path}/env.db"
     monkeypatch.delenv("TENURE_DATABASE_URL")
     assert tenure.Runtime().database_url == "sqlite:///tenure.db"
+
+
+def test_a_tool_name_registers_once_and_keeps_its_fence(runtime: tenure.Runtime) -> None:
+    @runtime.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE)
+    def charge(amount: int) -> str:
+        return f"charged {amount}"
+
+    with pytest.raises(ValueError, match="tool 'charge' is already registered"):
+        runtime.tool(effect=tenure.ToolEffect.READ_ONLY)(charge)
+
+    result = runtime.run(
+        req(tools=["charge"], script=[{"call": [{"tool": "charge", "args": {"amount": 5}}]}])
+    )
+    (event,) = [e for e in runtime.events(result.run_id) if e.kind is tenure.EventKind.TOOL]
+    assert event.payload["effect"] == tenure.ToolEffect.NON_IDEMPOTENT_WRITE
+    assert event.payload["result"] == "charged 5"

@@ -463,3 +463,30 @@ def test_a_stored_input_schema_that_is_invalid_is_a_clear_error() -> None:
     dangling = {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}
     with pytest.raises(tenure.InvalidRequest, match="input schema cannot be used"):
         validate_input(dangling, {"a": "x"})
+
+
+# -- a name registers once ---------------------------------------------------------------------
+
+
+def test_a_second_registration_under_a_name_is_refused(tmp_path: Path) -> None:
+    rt = tenure.Runtime(f"sqlite:///{tmp_path / 'never-opened.db'}")
+
+    def charge(amount: int) -> str:
+        return "charged"
+
+    def other(amount: int) -> str:
+        return "other"
+
+    rt.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE, timeout=5)(charge)
+    # The very same function with the very same options: nothing changes, no error.
+    rt.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE, timeout=5)(charge)
+    with pytest.raises(ValueError, match=r"tool 'charge' is already registered.*effect"):
+        rt.tool(effect=tenure.ToolEffect.READ_ONLY, timeout=5)(charge)
+    with pytest.raises(ValueError, match=r"tool 'charge' is already registered.*timeout"):
+        rt.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE)(charge)
+    with pytest.raises(ValueError, match="differs in sensitive"):
+        rt.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE, timeout=5, sensitive=True)(charge)
+    with pytest.raises(ValueError, match=r"tool 'charge' is already registered.*its function"):
+        rt.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE, timeout=5, name="charge")(other)
+    assert rt.tool_names == ["charge"]
+    assert rt.engine.tools.effect_of("charge") is tenure.ToolEffect.NON_IDEMPOTENT_WRITE

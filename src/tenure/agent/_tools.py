@@ -295,6 +295,25 @@ def openai_schema(arguments: type[BaseModel]) -> dict[str, Any]:
     return result
 
 
+def _differences(known: Tool, new: Tool) -> list[str]:
+    """What a second registration would change, in the words of `Runtime.tool`."""
+    if known.fn is not new.fn:
+        return ["its function"]
+    gate_a, gate_b = known.gate, new.gate
+    pairs = {
+        "effect": (known.effect, new.effect),
+        "timeout": (known.timeout, new.timeout),
+        "requires_approval": (gate_a.requires_approval, gate_b.requires_approval),
+        "input_schema": (
+            gate_a.input_model or gate_a.input_schema,
+            gate_b.input_model or gate_b.input_schema,
+        ),
+        "sensitive": (gate_a.sensitive, gate_b.sensitive),
+        "approval_timeout": (gate_a.approval_timeout, gate_b.approval_timeout),
+    }
+    return [name for name, (a, b) in pairs.items() if a != b]
+
+
 class Toolbox:
     """The tools registered on a Runtime, by name."""
 
@@ -302,6 +321,17 @@ class Toolbox:
         self._tools: dict[str, Tool] = {}
 
     def add(self, tool: Tool) -> None:
+        """Register a tool; a name registers once (again only as the very same tool), so
+        that a second registration can never quietly change a tool's effect or fence."""
+        known = self._tools.get(tool.name)
+        if known is not None:
+            different = _differences(known, tool)
+            if different:
+                raise InvalidRequest(
+                    f"tool {tool.name!r} is already registered; a second registration under "
+                    f"that name differs in {', '.join(different)} (use another name=)"
+                )
+            return
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
