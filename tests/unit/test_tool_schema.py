@@ -465,6 +465,37 @@ def test_a_stored_input_schema_that_is_invalid_is_a_clear_error() -> None:
         validate_input(dangling, {"a": "x"})
 
 
+# -- a sensitive tool's arguments never appear in an error -------------------------------------
+
+CARD = "4111 1111 1111 1111"
+
+
+def pay_card(card: Annotated[str, Field(pattern=r"^[0-9 ]{19}$")], cvc: int) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("args", "needle", "echoed"),
+    [
+        ({MALFORMED_ARGUMENTS_KEY: f'{{"card": "{CARD}", "cvc": 737'}, "not a JSON object", True),
+        ({"card": CARD, "cvc": "seven-3-7"}, "cvc: int_parsing", False),
+        ({"card": CARD + "x", "cvc": 737}, "card: string_pattern_mismatch", False),
+        ({"card": CARD, "cvc": 737, CARD: "0737"}, "?: extra_forbidden", True),
+    ],
+)
+def test_a_sensitive_tools_argument_errors_name_the_rule_not_the_text(
+    args: dict[str, Any], needle: str, echoed: bool
+) -> None:
+    with pytest.raises(InvalidArguments) as caught:
+        make_tool(pay_card, sensitive=True).validate(args)
+    message = str(caught.value)
+    assert needle in message
+    for part in ("4111", "1111", "737", "seven"):
+        assert part not in message
+    with pytest.raises(InvalidArguments) as plain:
+        make_tool(pay_card).validate(args)  # not sensitive: the model is shown what it sent
+    assert ("4111" in str(plain.value)) is echoed
+
+
 # -- a name registers once ---------------------------------------------------------------------
 
 
