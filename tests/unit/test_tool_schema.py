@@ -384,6 +384,7 @@ ORDER = {
         "qty": {"type": "integer", "minimum": 1, "maximum": 9},
         "email": {"type": "string", "format": "email"},
         "day": {"type": "string", "format": "date"},
+        "at": {"type": "string", "format": "time"},
         "to": {
             "type": "object",
             "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
@@ -427,6 +428,7 @@ def test_input_is_validated_by_json_schema(
 
 def test_valid_input_keeps_only_declared_keys() -> None:
     values = {"name": "ada", "qty": 3, "email": "a@b.example", "day": "2024-02-29"}
+    values |= {"at": "12:00:00Z"}  # RFC 3339, as Draft 2020-12 means it (not Draft 3's time)
     values |= {"to": {"zip": "12345"}, "tags": ["b"], "other": 1}
     kept = validate_input(ORDER, values)
     assert kept == {k: v for k, v in values.items() if k != "other"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
 from jsonschema.exceptions import ValidationError as SchemaViolation
 from pydantic import BaseModel, ValidationError
@@ -141,7 +141,9 @@ def _first_violation(schema: dict[str, Any], values: dict[str, Any]) -> str | No
     # was registered, but a stored row is checked again rather than trusted.
     try:
         Draft202012Validator.check_schema(schema)
-        validator = Draft202012Validator(schema, format_checker=FormatChecker())
+        # The draft's own checker: a bare FormatChecker() mixes in Draft 3's `time`, which
+        # refuses RFC 3339 times such as "12:00:00Z".
+        validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
         error = best_match(validator.iter_errors(values))
     except (SchemaError, Unresolvable) as exc:
         raise InvalidRequest(f"the run's input schema cannot be used: {exc}") from None
