@@ -97,7 +97,7 @@ def test_input_from_a_file(cli: Cli, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"code": 1234}))
     refused = cli("--app", app, "input", run_id, "--by", "eve", "--values", str(bad))
-    assert refused.code == 2 and "code: expected string" in one_line_error(refused)
+    assert refused.code == 2 and "code: does not satisfy type 'string'" in one_line_error(refused)
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     assert cli("--app", app, "input", run_id, "--by", "eve", "--values", str(broken)).code == 2

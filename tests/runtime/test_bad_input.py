@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,8 @@ import pytest
 
 import tenure
 from tenure import RunRequest
+from tenure.agent._tools import MALFORMED_ARGUMENTS_KEY
+from tenure.providers import ModelCall, ModelReply, ToolCall
 
 
 def req(**kwargs: Any) -> RunRequest:
@@ -146,3 +149,73 @@ def test_default_database_comes_from_the_environment(
     assert tenure.Runtime().database_url == f"sqlite:///{tmp_path}/env.db"
     monkeypatch.delenv("TENURE_DATABASE_URL")
     assert tenure.Runtime().database_url == "sqlite:///tenure.db"
+
+
+def test_a_tool_name_registers_once_and_keeps_its_fence(runtime: tenure.Runtime) -> None:
+    @runtime.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE)
+    def charge(amount: int) -> str:
+        return f"charged {amount}"
+
+    with pytest.raises(ValueError, match="tool 'charge' is already registered"):
+        runtime.tool(effect=tenure.ToolEffect.READ_ONLY)(charge)
+
+    result = runtime.run(
+        req(tools=["charge"], script=[{"call": [{"tool": "charge", "args": {"amount": 5}}]}])
+    )
+    (event,) = [e for e in runtime.events(result.run_id) if e.kind is tenure.EventKind.TOOL]
+    assert event.payload["effect"] == tenure.ToolEffect.NON_IDEMPOTENT_WRITE
+    assert event.payload["result"] == "charged 5"
+
+
+CARD = "4111 1111 1111 1111"
+
+
+class Sender:
+    """A model that calls `pay` once with the given arguments, then answers, and keeps
+    what it was shown."""
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.args = args
+        self.seen: list[list[dict[str, Any]]] = []
+
+    def complete(self, call: ModelCall) -> ModelReply:
+        self.seen.append(list(call.messages))
+        if len(self.seen) == 1:
+            return ModelReply(text=None, tool_calls=(ToolCall("c1", "pay", self.args),))
+        return ModelReply(text="done")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {MALFORMED_ARGUMENTS_KEY: f'{{"card": "{CARD}", "cvc": "737"'},
+        {"card": CARD, "cvc": "737-x"},
+        {"card": CARD, "cvc": 737, f"card {CARD}": True},
+    ],
+)
+def test_a_sensitive_tools_arguments_never_reach_an_error(
+    make_runtime: Callable[..., tenure.Runtime], args: dict[str, Any]
+) -> None:
+    runtime = make_runtime()
+    paid: list[str] = []
+
+    @runtime.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE, sensitive=True)
+    def pay(card: str, cvc: int) -> str:
+        paid.append(card)
+        return "paid"
+
+    model = Sender(args)
+    runtime.add_model("m", model)
+    result = runtime.run(RunRequest(prompt="pay", model="m", tools=["pay"]))
+    assert result.outcome is tenure.Outcome.COMPLETED and paid == []
+
+    again = make_runtime()  # the stored row, read back by another connection
+    for rt in (runtime, again):
+        (event,) = [e for e in rt.events(result.run_id) if e.kind is tenure.EventKind.TOOL]
+        error = event.payload["error"]
+        assert error.startswith("invalid arguments for pay")
+        for part in ("4111", "1111", "737"):
+            assert part not in error
+    shown = model.seen[1][-1]  # the model is told what failed, without its own text
+    assert shown["role"] == "tool" and "invalid arguments for pay" in shown["content"]
+    assert "1111" not in shown["content"] and "737" not in shown["content"]

@@ -265,7 +265,7 @@ def test_json_schema_input_and_registration_rules(runtime: tenure.Runtime) -> No
         )
     )
     runtime.run_queued(run_id)
-    with pytest.raises(tenure.InvalidRequest, match="pin: expected integer"):
+    with pytest.raises(tenure.InvalidRequest, match="pin: does not satisfy type 'integer'"):
         runtime.submit_input(run_id, {"pin": "1234"}, submitted_by="x")
     runtime.submit_input(run_id, {"pin": 1234}, submitted_by="x")
     runtime.work(concurrency=1, burst=True, poll_interval=0.02)
@@ -360,3 +360,52 @@ def test_approved_write_whose_worker_dies_is_dead_lettered_never_repeated(
     assert run.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE
     assert writes == [2]
     assert not rt.redrive(run_id)
+
+
+def test_input_is_checked_against_the_whole_json_schema(runtime: tenure.Runtime) -> None:
+    got: list[dict[str, Any]] = []
+
+    @runtime.tool(
+        input_schema={
+            "type": "object",
+            "properties": {
+                "code": {"type": "string", "pattern": "^[0-9]{6}$"},
+                "contact": {
+                    "type": "object",
+                    "properties": {"email": {"type": "string", "format": "email"}},
+                    "required": ["email"],
+                },
+            },
+            "required": ["code"],
+        },
+        sensitive=True,
+    )
+    def confirm(code: str = "", contact: dict[str, Any] | None = None) -> str:
+        got.append({"code": code, "contact": contact})
+        return "confirmed"
+
+    run_id = runtime.enqueue(
+        RunRequest(
+            prompt="c",
+            model="scripted",
+            tools=["confirm"],
+            script=[{"call": [{"tool": "confirm"}]}, {"say": "ok"}],
+        )
+    )
+    runtime.run_queued(run_id)
+    refused = [
+        ({"code": "12"}, "code: does not satisfy pattern"),
+        ({"code": "123456", "contact": {}}, "contact: 'email' is a required property"),
+        ({"code": "123456", "contact": {"email": "nobody"}}, "contact.email: does not satisfy"),
+    ]
+    for values, needle in refused:
+        with pytest.raises(ValueError, match=needle) as caught:
+            runtime.submit_input(run_id, values, submitted_by="x")
+        assert "nobody" not in str(caught.value)
+        assert runtime.status(run_id).status is RunStatus.WAITING_FOR_INPUT  # type: ignore[union-attr]
+    assert not [e for e in runtime.events(run_id) if e.kind is EventKind.INPUT]
+
+    good = {"code": "123456", "contact": {"email": "ada@example.org"}}
+    result = runtime.submit_input(run_id, good, submitted_by="x", execute="inline")
+    assert result is not None and result.outcome is Outcome.COMPLETED
+    assert got == [good]

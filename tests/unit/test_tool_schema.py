@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 import pytest
@@ -13,6 +14,7 @@ from pydantic import BaseModel, Field
 
 import tenure
 from tenure import EventKind, Outcome, RunRequest, ToolContext
+from tenure.agent._human import validate_input
 from tenure.agent._tools import (
     MALFORMED_ARGUMENTS_KEY,
     InvalidArguments,
@@ -366,3 +368,158 @@ def test_field_default_takes_the_docstring_description() -> None:
     assert default.description is None
     with pytest.raises(InvalidArguments, match="greater than or equal to 1"):
         make_tool(f).validate({"x": 0})
+
+
+# -- a person's input: JSON Schema Draft 2020-12, through jsonschema ---------------------------
+
+SIX_DIGITS = {
+    "type": "object",
+    "properties": {"code": {"type": "string", "pattern": "^[0-9]{6}$"}},
+    "required": ["code"],
+}
+ORDER = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 2, "maxLength": 5},
+        "qty": {"type": "integer", "minimum": 1, "maximum": 9},
+        "email": {"type": "string", "format": "email"},
+        "day": {"type": "string", "format": "date"},
+        "at": {"type": "string", "format": "time"},
+        "to": {
+            "type": "object",
+            "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+            "required": ["zip"],
+        },
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "values", "needle"),
+    [
+        (SIX_DIGITS, {"code": "12"}, "code: does not satisfy pattern '^[0-9]{6}$'"),
+        (SIX_DIGITS, {}, "'code' is a required property"),
+        (SIX_DIGITS, {"code": 123456}, "code: does not satisfy type 'string'"),
+        (ORDER, {"name": "x"}, "name: does not satisfy minLength 2"),
+        (ORDER, {"name": "xxxxxxx"}, "name: does not satisfy maxLength 5"),
+        (ORDER, {"qty": 0}, "qty: does not satisfy minimum 1"),
+        (ORDER, {"qty": 10}, "qty: does not satisfy maximum 9"),
+        (ORDER, {"qty": True}, "qty: does not satisfy type 'integer'"),
+        (ORDER, {"email": "no-at-sign"}, "email: does not satisfy format 'email'"),
+        (ORDER, {"day": "2024-13-40"}, "day: does not satisfy format 'date'"),
+        (ORDER, {"to": {}}, "to: 'zip' is a required property"),
+        (ORDER, {"to": {"zip": "1"}}, "to.zip: does not satisfy pattern '^[0-9]{5}$'"),
+        (ORDER, {"tags": ["a", "z"]}, "tags.1: does not satisfy enum ['a', 'b']"),
+        (ORDER, {"tags": ["a", "b", "a"]}, "tags: does not satisfy maxItems 2"),
+    ],
+)
+def test_input_is_validated_by_json_schema(
+    schema: dict[str, Any], values: dict[str, Any], needle: str
+) -> None:
+    with pytest.raises(tenure.InvalidRequest) as caught:
+        validate_input(schema, values)
+    message = str(caught.value)
+    assert message.startswith("invalid input: ") and needle in message
+    for value in values.values():  # the rule is named, the value never
+        if isinstance(value, str) and len(value) > 1:
+            assert value not in message
+
+
+def test_valid_input_keeps_only_declared_keys() -> None:
+    values = {"name": "ada", "qty": 3, "email": "a@b.example", "day": "2024-02-29"}
+    values |= {"at": "12:00:00Z"}  # RFC 3339, as Draft 2020-12 means it (not Draft 3's time)
+    values |= {"to": {"zip": "12345"}, "tags": ["b"], "other": 1}
+    kept = validate_input(ORDER, values)
+    assert kept == {k: v for k, v in values.items() if k != "other"}
+    assert validate_input(SIX_DIGITS, {"code": "123456"}) == {"code": "123456"}
+
+
+@pytest.mark.parametrize(
+    ("schema", "needle"),
+    [
+        ({"type": "object", "properties": {"a": {"type": "strng"}}}, "properties.a.type"),
+        ({"type": "object", "properties": {"a": {"pattern": "("}}}, "properties.a.pattern"),
+        ({"type": "object", "properties": {"a": {"minLength": -1}}}, "properties.a.minLength"),
+        ({"type": "object", "properties": {"a": {}}, "required": "a"}, "required"),
+        ({"type": "object", "properties": []}, "properties"),
+    ],
+)
+def test_an_invalid_input_schema_is_refused_at_registration(
+    tmp_path: Path, schema: dict[str, Any], needle: str
+) -> None:
+    rt = tenure.Runtime(f"sqlite:///{tmp_path / 'never-opened.db'}")
+    with pytest.raises(ValueError, match="tool ask: input_schema is not a valid JSON Schema") as e:
+
+        @rt.tool(input_schema=schema)
+        def ask(a: str = "") -> None: ...
+
+    assert needle in str(e.value)
+    assert rt.tool_names == []
+
+
+def test_a_stored_input_schema_that_is_invalid_is_a_clear_error() -> None:
+    broken = {"type": "object", "properties": {"a": {"type": "strng"}}}
+    with pytest.raises(tenure.InvalidRequest, match="input schema cannot be used"):
+        validate_input(broken, {"a": "x"})
+    dangling = {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}
+    with pytest.raises(tenure.InvalidRequest, match="input schema cannot be used"):
+        validate_input(dangling, {"a": "x"})
+
+
+# -- a sensitive tool's arguments never appear in an error -------------------------------------
+
+CARD = "4111 1111 1111 1111"
+
+
+def pay_card(card: Annotated[str, Field(pattern=r"^[0-9 ]{19}$")], cvc: int) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("args", "needle", "echoed"),
+    [
+        ({MALFORMED_ARGUMENTS_KEY: f'{{"card": "{CARD}", "cvc": 737'}, "not a JSON object", True),
+        ({"card": CARD, "cvc": "seven-3-7"}, "cvc: int_parsing", False),
+        ({"card": CARD + "x", "cvc": 737}, "card: string_pattern_mismatch", False),
+        ({"card": CARD, "cvc": 737, CARD: "0737"}, "?: extra_forbidden", True),
+    ],
+)
+def test_a_sensitive_tools_argument_errors_name_the_rule_not_the_text(
+    args: dict[str, Any], needle: str, echoed: bool
+) -> None:
+    with pytest.raises(InvalidArguments) as caught:
+        make_tool(pay_card, sensitive=True).validate(args)
+    message = str(caught.value)
+    assert needle in message
+    for part in ("4111", "1111", "737", "seven"):
+        assert part not in message
+    with pytest.raises(InvalidArguments) as plain:
+        make_tool(pay_card).validate(args)  # not sensitive: the model is shown what it sent
+    assert ("4111" in str(plain.value)) is echoed
+
+
+# -- a name registers once ---------------------------------------------------------------------
+
+
+def test_a_second_registration_under_a_name_is_refused(tmp_path: Path) -> None:
+    rt = tenure.Runtime(f"sqlite:///{tmp_path / 'never-opened.db'}")
+
+    def charge(amount: int) -> str:
+        return "charged"
+
+    def other(amount: int) -> str:
+        return "other"
+
+    rt.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE, timeout=5)(charge)
+    # The very same function with the very same options: nothing changes, no error.
+    rt.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE, timeout=5)(charge)
+    with pytest.raises(ValueError, match=r"tool 'charge' is already registered.*effect"):
+        rt.tool(effect=tenure.ToolEffect.READ_ONLY, timeout=5)(charge)
+    with pytest.raises(ValueError, match=r"tool 'charge' is already registered.*timeout"):
+        rt.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE)(charge)
+    with pytest.raises(ValueError, match="differs in sensitive"):
+        rt.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE, timeout=5, sensitive=True)(charge)
+    with pytest.raises(ValueError, match=r"tool 'charge' is already registered.*its function"):
+        rt.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE, timeout=5, name="charge")(other)
+    assert rt.tool_names == ["charge"]
+    assert rt.engine.tools.effect_of("charge") is tenure.ToolEffect.NON_IDEMPOTENT_WRITE

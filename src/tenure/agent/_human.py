@@ -10,18 +10,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, best_match
+from jsonschema.exceptions import ValidationError as SchemaViolation
 from pydantic import BaseModel, ValidationError
+from referencing.exceptions import Unresolvable
 
 from tenure._errors import InvalidRequest
 
-_JSON_TYPES: dict[str, type | tuple[type, ...]] = {
-    "string": str,
-    "integer": int,
-    "number": (int, float),
-    "boolean": bool,
-    "array": list,
-    "object": dict,
-}
+# Keywords whose value is short enough to quote in an error; the rest are named only.
+_QUOTED_RULES = frozenset(
+    {
+        "type",
+        "enum",
+        "const",
+        "format",
+        "pattern",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "minProperties",
+        "maxProperties",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -70,7 +88,16 @@ def make_gate(
 
 
 def _check_schema(tool_name: str, schema: dict[str, Any]) -> None:
-    """Refuse a schema that accepts anything: a person's input must have a declared shape."""
+    """Refuse a schema that is not valid JSON Schema, or that accepts anything: a person's
+    input must have a declared shape."""
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        where = _where(exc.absolute_path, "input_schema")
+        raise InvalidRequest(
+            f"tool {tool_name}: input_schema is not a valid JSON Schema (Draft 2020-12): "
+            f"{where}: {exc.message}"
+        ) from None
     properties = schema.get("properties")
     if schema.get("type") != "object" or not isinstance(properties, dict) or not properties:
         raise InvalidRequest(
@@ -86,7 +113,10 @@ def declared_keys(schema: dict[str, Any]) -> set[str]:
 def validate_input(
     schema: dict[str, Any], values: Any, model: type[BaseModel] | None = None
 ) -> dict[str, Any]:
-    """The submitted values restricted to the schema's declared keys; InvalidRequest if bad."""
+    """The submitted values restricted to the schema's declared keys; InvalidRequest if bad.
+
+    An error names the field and the rule it breaks, never the value: a person's input
+    may be a secret, and the error text travels to logs and pages."""
     if not isinstance(values, dict):
         raise InvalidRequest("input values must be a JSON object")
     keys = declared_keys(schema)
@@ -96,24 +126,41 @@ def validate_input(
             model.model_validate(kept)
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "input"
-            raise InvalidRequest(f"invalid input: {where}: {first['msg']}") from None
+            raise InvalidRequest(
+                f"invalid input: {_where(first['loc'], 'input')}: {first['type']}"
+            ) from None
         return kept
-    for name in schema.get("required", []):
-        if name not in kept:
-            raise InvalidRequest(f"invalid input: {name}: field required")
-    for name, value in kept.items():
-        _check_value(name, schema["properties"][name], value)
+    problem = _first_violation(schema, kept)
+    if problem is not None:
+        raise InvalidRequest(f"invalid input: {problem}")
     return kept
 
 
-def _check_value(name: str, spec: dict[str, Any], value: Any) -> None:
-    if "enum" in spec and value not in spec["enum"]:
-        raise InvalidRequest(f"invalid input: {name}: must be one of {spec['enum']}")
-    kind = spec.get("type")
-    if kind is None:
-        return
-    expected = _JSON_TYPES.get(kind)
-    bad_bool = kind in ("integer", "number") and isinstance(value, bool)
-    if expected is not None and (bad_bool or not isinstance(value, expected)):
-        raise InvalidRequest(f"invalid input: {name}: expected {kind}")
+def _first_violation(schema: dict[str, Any], values: dict[str, Any]) -> str | None:
+    # The schema comes from the run's stored waiting state: it was checked when its tool
+    # was registered, but a stored row is checked again rather than trusted.
+    try:
+        Draft202012Validator.check_schema(schema)
+        # The draft's own checker: a bare FormatChecker() mixes in Draft 3's `time`, which
+        # refuses RFC 3339 times such as "12:00:00Z".
+        validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+        error = best_match(validator.iter_errors(values))
+    except (SchemaError, Unresolvable) as exc:
+        raise InvalidRequest(f"the run's input schema cannot be used: {exc}") from None
+    if error is None:
+        return None
+    if error.validator == "required" and not error.absolute_path:
+        return str(error.message)  # names the missing property, from the schema itself
+    return f"{_where(error.absolute_path, 'input')}: {_rule(error)}"
+
+
+def _rule(error: SchemaViolation) -> str:
+    if error.validator == "required":
+        return str(error.message)
+    if error.validator in _QUOTED_RULES:
+        return f"does not satisfy {error.validator} {error.validator_value!r}"
+    return f"does not satisfy {error.validator}"
+
+
+def _where(path: Any, whole: str) -> str:
+    return ".".join(str(p) for p in path) or whole

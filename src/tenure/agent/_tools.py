@@ -24,6 +24,7 @@ from pydantic import (
     create_model,
 )
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 from tenure._errors import InvalidRequest, UnknownTool
 from tenure._types import ToolContext, ToolEffect
@@ -80,26 +81,41 @@ class Tool:
         return ToolSpec(self.name, self.description, openai_schema(self.arguments))
 
     def validate(self, args: dict[str, Any]) -> dict[str, Any]:
-        """The arguments as the function's parameters take them; InvalidArguments if not."""
+        """The arguments as the function's parameters take them; InvalidArguments if not.
+
+        For a sensitive tool the error names the field and the rule it breaks, never the
+        model's text: the error is stored in the tool event and shown without "reveal"."""
         if MALFORMED_ARGUMENTS_KEY in args:
-            raw = str(args[MALFORMED_ARGUMENTS_KEY])
-            echo = raw if len(raw) <= _MAX_ECHO else raw[:_MAX_ECHO] + "…"
             raise InvalidArguments(
-                f"invalid arguments for {self.name}: not a JSON object: {echo!r}; "
+                f"invalid arguments for {self.name}: not a JSON object: "
+                f"{self._echo(args[MALFORMED_ARGUMENTS_KEY])}; "
                 "send the arguments as one JSON object that matches the tool's schema"
             )
         try:
             parsed = self.arguments.model_validate(args)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
-                for e in exc.errors()
-            )
+            problems = "; ".join(self._problem(e) for e in exc.errors())
             raise InvalidArguments(f"invalid arguments for {self.name}: {problems}") from None
         return {
             info.alias or field: getattr(parsed, field)
             for field, info in type(parsed).model_fields.items()
         }
+
+    def _echo(self, raw: Any) -> str:
+        if self.gate.sensitive:
+            return "(its text is not shown: the tool is sensitive)"
+        text = str(raw)
+        return repr(text if len(text) <= _MAX_ECHO else text[:_MAX_ECHO] + "…")
+
+    def _problem(self, error: ErrorDetails) -> str:
+        if not self.gate.sensitive:
+            where = ".".join(str(p) for p in error["loc"]) or "arguments"
+            return f"{where}: {error['msg']}"
+        # pydantic's message and a location's dict keys can quote the model's text; the
+        # error type and the schema's own names cannot.
+        names = _property_names(self.arguments.model_json_schema())
+        parts = [str(p) if isinstance(p, int) or p in names else "?" for p in error["loc"]]
+        return f"{'.'.join(parts) or 'arguments'}: {error['type']}"
 
     def invoke(self, context: ToolContext, args: dict[str, Any]) -> Any:
         values = self.validate(args)
@@ -295,6 +311,39 @@ def openai_schema(arguments: type[BaseModel]) -> dict[str, Any]:
     return result
 
 
+def _differences(known: Tool, new: Tool) -> list[str]:
+    """What a second registration would change, in the words of `Runtime.tool`."""
+    if known.fn is not new.fn:
+        return ["its function"]
+    gate_a, gate_b = known.gate, new.gate
+    pairs = {
+        "effect": (known.effect, new.effect),
+        "timeout": (known.timeout, new.timeout),
+        "requires_approval": (gate_a.requires_approval, gate_b.requires_approval),
+        "input_schema": (
+            gate_a.input_model or gate_a.input_schema,
+            gate_b.input_model or gate_b.input_schema,
+        ),
+        "sensitive": (gate_a.sensitive, gate_b.sensitive),
+        "approval_timeout": (gate_a.approval_timeout, gate_b.approval_timeout),
+    }
+    return [name for name, (a, b) in pairs.items() if a != b]
+
+
+def _property_names(schema: Any) -> set[str]:
+    """Every property name declared anywhere in a JSON schema."""
+    if isinstance(schema, list):
+        return set().union(*(_property_names(item) for item in schema))
+    if not isinstance(schema, dict):
+        return set()
+    names: set[str] = set()
+    for key, value in schema.items():
+        if key == "properties" and isinstance(value, dict):
+            names.update(value)
+        names |= _property_names(value)
+    return names
+
+
 class Toolbox:
     """The tools registered on a Runtime, by name."""
 
@@ -302,6 +351,17 @@ class Toolbox:
         self._tools: dict[str, Tool] = {}
 
     def add(self, tool: Tool) -> None:
+        """Register a tool; a name registers once (again only as the very same tool), so
+        that a second registration can never quietly change a tool's effect or fence."""
+        known = self._tools.get(tool.name)
+        if known is not None:
+            different = _differences(known, tool)
+            if different:
+                raise InvalidRequest(
+                    f"tool {tool.name!r} is already registered; a second registration under "
+                    f"that name differs in {', '.join(different)} (use another name=)"
+                )
+            return
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
