@@ -190,6 +190,7 @@ class SQLiteStore(SQLStore):
             current = cur.execute(
                 "SELECT COALESCE(MAX(version), 0) FROM tenure_schema_version"
             ).fetchone()[0]
+            _sql.refuse_newer(current, "sqlite")
             for version, script in _sql.migrations("sqlite"):
                 if version <= current:
                     continue
