@@ -8,7 +8,8 @@ TenureError
  │    ├── RetryableError                    raised by a tool: fail the step, retry the run
  │    └── FallbackExhausted                 every model of a Fallback chain failed
  └── StoreError                             the database could not be reached or written
-      └── DatabaseUnavailable               still locked or unreachable after retries
+      ├── DatabaseUnavailable               still locked or unreachable after retries
+      └── DatabaseGone                      the SQLite file was deleted or replaced while open
 """
 
 from __future__ import annotations
@@ -91,6 +92,11 @@ class StoreError(TenureError):
 
 class DatabaseUnavailable(StoreError):
     """The database stayed locked or unreachable after retries."""
+
+
+class DatabaseGone(StoreError):
+    """The database file this store opened is no longer at its path: nothing more is written,
+    since every write would land in a file nobody else will ever read."""
 
 
 class DecisionConflict(TenureError):

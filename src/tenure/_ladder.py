@@ -206,6 +206,8 @@ class Segment:
         payload = {
             "name": call.name,
             "call_id": call.id,
+            "turn": pending.llm_sequence,
+            "index": pending.index,
             "args": call.args,
             "effect": str(effect),
             "result": result,

@@ -39,7 +39,7 @@ from types import FrameType
 
 from tenure import _policy
 from tenure._classify import describe
-from tenure._errors import StoreError
+from tenure._errors import DatabaseGone, StoreError
 from tenure._ladder import Engine, Segment, _dead_letter
 from tenure._reaper import Reaper
 from tenure._types import FailureClass, Outcome, ToolEffect
@@ -128,6 +128,7 @@ class Worker:
         self._stopping = threading.Event()
         self._grace_over = threading.Event()
         self._reaper = Reaper(engine.store, engine.settings.max_requeues)
+        self._gone: DatabaseGone | None = None  # raised by `run` once it stopped
 
     # -- control -------------------------------------------------------------------------
 
@@ -166,6 +167,8 @@ class Worker:
                 self._drain()
                 for _ in slots:
                     self._jobs.put(None)
+        if self._gone is not None:
+            raise self._gone
         return self.stats
 
     def _claim_loop(self) -> None:
@@ -239,6 +242,11 @@ class Worker:
                 self.engine.settings.lease_seconds,
                 limit,
             )
+        except DatabaseGone as exc:
+            # Every later write would fail alike: stop claiming; `run` raises it at the end.
+            self._gone = exc
+            self.stop(immediately=True)
+            return []
         except Exception as exc:
             # A lost COMMIT may have applied: its claims would be held under our name with
             # no slot to run them. They are looked for (now, or at a later cycle while the

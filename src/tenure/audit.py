@@ -156,7 +156,8 @@ class _Walk:
     interactive: bool = False
     charged: int = 0  # requeues charged to the budget since the last redrive
     tokens: set[int] = field(default_factory=set)
-    pending: dict[str, str] = field(default_factory=dict)  # call id -> idempotency key
+    # idempotency key -> call id: a turn may repeat a call id, never a key (its position)
+    pending: dict[str, str] = field(default_factory=dict)
     tool_events: dict[str, Event] = field(default_factory=dict)  # idempotency key -> event
     dead_letters: list[_DeadLetter] = field(default_factory=list)
     redrives: list[Event] = field(default_factory=list)  # redriven events, in order
@@ -224,10 +225,11 @@ def _on_claimed(w: _Walk, e: Event) -> None:
 def _on_llm(w: _Walk, e: Event) -> None:
     w.owner_step(e)
     if w.pending:
-        w.flag(e, f"the model was called again before tool calls {sorted(w.pending)} ran")
+        pending = sorted(w.pending.values())
+        w.flag(e, f"the model was called again before tool calls {pending} ran")
     calls = (e.payload.get("message") or {}).get("tool_calls") or []
     w.pending = {
-        str(c.get("id")): f"{w.run_id}:{e.sequence}" + (f".{i}" if i else "")
+        f"{w.run_id}:{e.sequence}" + (f".{i}" if i else ""): str(c.get("id"))
         for i, c in enumerate(calls)
     }
 
@@ -239,11 +241,15 @@ def _on_tool(w: _Walk, e: Event) -> None:
         w.flag(e, f"tool call {key} executed again (first at {w.tool_events[key].sequence})")
     w.tool_events.setdefault(key, e)
     call_id = str(e.payload.get("call_id"))
-    expected = w.pending.pop(call_id, None)
-    if expected is None:
+    if w.pending.get(key) == call_id:
+        del w.pending[key]
+        return
+    expected = [k for k, c in w.pending.items() if c == call_id]
+    if not expected:
         w.flag(e, f"answers call {call_id}, which no pending model turn made")
-    elif expected != key:
-        w.flag(e, f"idempotency key {key}, expected {expected}")
+    else:
+        w.flag(e, f"idempotency key {key}, expected {expected[0]}")
+        del w.pending[expected[0]]
 
 
 def _on_assembled(w: _Walk, e: Event) -> None:

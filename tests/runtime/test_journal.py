@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import tenure
 from tenure import EventKind, Outcome, RunRequest, RunStatus, ToolContext, ToolEffect
-from tenure.providers import ModelCall, ModelReply, Scripted
+from tenure.audit import audit
+from tenure.providers import ModelCall, ModelReply, Scripted, ToolCall
 
 MakeRuntime = Callable[..., tenure.Runtime]
 
@@ -149,3 +150,45 @@ def test_pending_calls_of_a_recorded_turn_run_before_the_next_model_call(
     result = runtime.run_queued(run_id)
     assert result is not None and result.outcome is Outcome.COMPLETED
     assert order == ["a", "b0", "b1"]
+
+
+class SameIdTwice:
+    """A model whose first turn makes two calls under one call id (nothing forbids it)."""
+
+    def complete(self, call: ModelCall) -> ModelReply:
+        if any(m.get("role") == "tool" for m in call.messages):
+            return ModelReply("done")
+        return ModelReply(None, (ToolCall("dup", "a", {}), ToolCall("dup", "b", {})))
+
+
+def test_a_call_sharing_its_id_with_an_earlier_one_runs_once_after_a_resume(
+    runtime: tenure.Runtime,
+) -> None:
+    order: list[str] = []
+    runtime.add_model("same-id", SameIdTwice())
+
+    @runtime.tool
+    def a() -> str:
+        order.append("a")
+        return "a"
+
+    @runtime.tool(effect=ToolEffect.IDEMPOTENT_WRITE)
+    def b(ctx: ToolContext) -> str:
+        order.append(f"b{ctx.attempt}")
+        if ctx.attempt == 0:
+            raise tenure.RetryableError("b failed")
+        return "b"
+
+    run_id = runtime.enqueue(RunRequest(prompt="p", model="same-id", tools=["a", "b"]))
+    first = runtime.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    time.sleep(0.15)
+    second = runtime.run_queued(run_id)
+    assert second is not None and second.outcome is Outcome.COMPLETED
+    assert order == ["a", "b0", "b1"], "the second call of the turn was skipped or repeated"
+    tools = [e.payload for e in runtime.events(run_id) if e.kind is EventKind.TOOL]
+    assert [(p["name"], p["call_id"], p["index"]) for p in tools] == [
+        ("a", "dup", 0),
+        ("b", "dup", 1),
+    ]
+    assert audit(runtime.store).ok

@@ -187,3 +187,30 @@ def test_a_stop_does_not_wait_for_a_followed_run(
     assert proc.returncode == 0, err
     assert time.monotonic() - started < 15
     reader.join(10)
+
+
+def test_a_foreign_host_is_refused_and_allowed_hosts_are_answered(tmp_path: Path) -> None:
+    proc, url = _serve(tmp_path, None, "--public-read", "--allowed-host", "tenure.example.com")
+    try:
+        refused = httpx.get(f"{url}/api/runs", headers={"Host": "rebound.attacker.example"})
+        assert refused.status_code == 400 and "unknown Host" in refused.text
+        assert httpx.get(f"{url}/", headers={"Host": "rebound.attacker.example"}).status_code == 400
+        assert httpx.get(f"{url}/api/runs", headers={"Host": "tenure.example.com"}).is_success
+        assert httpx.get(f"{url}/api/runs", headers={"Host": "localhost"}).is_success
+        assert httpx.get(f"{url}/api/runs").is_success  # 127.0.0.1:PORT
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=15)
+
+
+def test_a_bad_allowed_host_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tenure", "serve", "--public-read", "--allowed-host", "a b/c"],
+        env=_env(None),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["tenure: allowed host 'a b/c' is not a host name"]

@@ -3,6 +3,10 @@
 A new segment continues from the first step that has no event: tool calls of the last
 recorded model turn that have no `tool` event yet are executed, then the model is called.
 Completed steps are never executed again.
+
+A `tool` event names its call by position — the sequence of the model turn that made it and
+the call's index in that turn — because a provider's call id need not be unique within a
+turn. Events written before positions were recorded are matched by call id, in order.
 """
 
 from __future__ import annotations
@@ -63,7 +67,8 @@ class Journal:
                 journal.usage += Usage(**event.payload.get("usage", {}))
             elif event.kind is EventKind.TOOL:
                 p = event.payload
-                journal.add_result(p["call_id"], p.get("result"), p.get("error"))
+                position = _position(p)
+                journal.add_result(p["call_id"], p.get("result"), p.get("error"), position)
             elif event.kind is EventKind.APPROVAL and "turn" in event.payload:
                 journal.approvals[event.payload["turn"]] = event.payload
             elif event.kind is EventKind.INPUT and "turn" in event.payload:
@@ -90,6 +95,31 @@ class Journal:
         self._add_turn(sequence, reply.message())
         self.usage += reply.usage
 
-    def add_result(self, call_id: str, result: Any, error: str | None) -> None:
+    def add_result(
+        self,
+        call_id: str,
+        result: Any,
+        error: str | None,
+        position: tuple[int, int] | None = None,
+    ) -> None:
+        """Record a call's result; `position` is (model turn's sequence, index in the turn).
+
+        Without a position the first pending call with that id is the one answered: calls of
+        a turn run in order, so it is the earliest one not yet answered.
+        """
         self.messages.append(tool_message(call_id, result, error))
-        self.pending = [p for p in self.pending if p.call.id != call_id]
+        if position is not None:
+            answered = next(
+                (p for p in self.pending if (p.llm_sequence, p.index) == position), None
+            )
+        else:
+            answered = next((p for p in self.pending if p.call.id == call_id), None)
+        if answered is not None:
+            self.pending = [p for p in self.pending if p is not answered]
+
+
+def _position(payload: dict[str, Any]) -> tuple[int, int] | None:
+    turn, index = payload.get("turn"), payload.get("index")
+    if isinstance(turn, int) and isinstance(index, int):
+        return turn, index
+    return None  # an event written before positions were recorded

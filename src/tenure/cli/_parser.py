@@ -230,6 +230,14 @@ def build(handlers: dict[str, Handler]) -> Parser:
         action="store_true",
         help="reads need no token (writes still need $TENURE_API_TOKEN; without it: read-only)",
     )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer to this Host name, e.g. behind a reverse proxy (repeatable; "
+        "also $TENURE_ALLOWED_HOSTS, comma-separated)",
+    )
     p.add_argument("--otel", action="store_true", help="OpenTelemetry spans per run and step")
     p.add_argument(
         "--work",

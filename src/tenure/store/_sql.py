@@ -6,6 +6,8 @@ import re
 from functools import cache
 from importlib import resources
 
+from tenure._errors import StoreError
+
 RUN_COLUMNS = (
     "id",
     "queue",
@@ -65,3 +67,16 @@ def migrations(dialect: str) -> list[tuple[int, str]]:
         if match:
             found.append((int(match.group(1)), entry.read_text(encoding="utf-8")))
     return sorted(found)
+
+
+def refuse_newer(current: int, dialect: str) -> None:
+    """Refuse a database whose schema is newer than the migrations this tenure ships.
+
+    Its rows may mean things this code does not know: a worker left over from before a
+    rolling upgrade must not read them, let alone write them.
+    """
+    known = max((version for version, _ in migrations(dialect)), default=0)
+    if current > known:
+        raise StoreError(
+            f"database schema is version {current}; this tenure knows up to {known}: upgrade tenure"
+        )

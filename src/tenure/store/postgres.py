@@ -250,6 +250,7 @@ class PostgresStore(SQLStore):
             cur.execute(Q["migration_lock"])
             cur.execute(Q["schema_version_table"])
             current = cur.execute(Q["schema_version"]).fetchone()[0]
+            _sql.refuse_newer(current, "postgres")
             for version, script in _sql.migrations("postgres"):
                 if version <= current:
                     continue

@@ -16,10 +16,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qsl, unquote
 
-from tenure._errors import DatabaseUnavailable, StoreError
+from tenure._errors import DatabaseGone, DatabaseUnavailable, StoreError
 from tenure.store import _sql
 from tenure.store._common import Cursor, SQLStore
 from tenure.store._rows import epoch_to_datetime
@@ -34,6 +34,8 @@ LOCKED_RETRIES = 6
 # the database file; a run's commits rewrite the same few pages, so a longer interval copies
 # and syncs far less per commit. Durability is unchanged: it is the WAL's, per commit.
 WAL_AUTOCHECKPOINT_PAGES = 10_000
+# How often the write path makes sure the database file is still the one it opened.
+FILE_CHECK_SECONDS = 1.0
 Q = _sql.queries("sqlite", now=NOW)
 log = logging.getLogger("tenure.store.sqlite")
 
@@ -80,10 +82,20 @@ class SQLiteStore(SQLStore):
         # this lock wakes as soon as it is free. Other processes still meet SQLite's lock.
         self._writer = threading.Lock()
         self._closed = False
+        # (st_dev, st_ino) of the file first opened: a connection to an unlinked file goes
+        # on writing into it without an error, so the write path compares it with the path.
+        self._file: tuple[int, int] | None = None
+        self._file_checked = 0.0
+        self._gone: str | None = None
+        # After a write failed for want of space the WAL is truncated by the next write that
+        # can, else it keeps the size it grew to during the episode.
+        self._wal_to_truncate = False
 
     # -- connections ---------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
+        if self._file is not None and self._identity() != self._file:
+            self._mark_gone()  # connecting would open (or create) some other file
         directory = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(directory):
             raise DatabaseUnavailable(
@@ -108,7 +120,44 @@ class SQLiteStore(SQLStore):
             raise DatabaseUnavailable(f"cannot use WAL on {self.path!r} (got {mode!r})")
         with self._lock:
             self._all.append(conn)
+            if self._file is None:
+                self._file = self._identity()
         return conn
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            found = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return found.st_dev, found.st_ino
+
+    def _check_file(self) -> None:
+        """Refuse to write once the file at our path is not the one we opened (at most one
+        `stat` per FILE_CHECK_SECONDS)."""
+        if self._gone is None:
+            now = time.monotonic()
+            if now - self._file_checked < FILE_CHECK_SECONDS:
+                return
+            self._file_checked = now
+            if self._file is None or self._identity() == self._file:
+                return
+        self._mark_gone()
+
+    def _mark_gone(self) -> NoReturn:
+        if self._gone is None:
+            self._gone = f"database file {self.path!r} was deleted or replaced while open"
+        raise DatabaseGone(self._gone)
+
+    def _truncate_wal(self, conn: sqlite3.Connection) -> None:
+        """Best effort, after a disk-full episode: give the WAL's space back."""
+        try:
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.Error as exc:
+            log.debug("WAL truncation after a full disk failed: %s", exc)
+            return
+        if not busy:
+            self._wal_to_truncate = False
+            log.warning("database %r: the WAL was truncated after the disk filled", self.path)
 
     @property
     def _conn(self) -> sqlite3.Connection:
@@ -139,6 +188,8 @@ class SQLiteStore(SQLStore):
             except sqlite3.OperationalError as exc:
                 message = str(exc).lower()
                 if "locked" not in message and "busy" not in message:
+                    if exc.sqlite_errorcode == sqlite3.SQLITE_FULL:
+                        self._wal_to_truncate = True
                     raise DatabaseUnavailable(f"database {self.path!r}: {exc}") from exc
                 if attempt == self.locked_retries:
                     raise DatabaseUnavailable(
@@ -162,19 +213,34 @@ class SQLiteStore(SQLStore):
         def once() -> T:
             conn = self._conn
             with self._writer:
+                self._check_file()
+                if self._wal_to_truncate:
+                    self._truncate_wal(conn)
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     result = fn(conn.cursor())
+                    conn.execute("COMMIT")
                 except sqlite3.IntegrityError as exc:
-                    conn.execute("ROLLBACK")
+                    self._rollback(conn)
                     raise StoreError(f"database {self.path!r} refused the write: {exc}") from exc
                 except BaseException:
-                    conn.execute("ROLLBACK")
+                    # Also when COMMIT itself failed (a full disk, an I/O error): a
+                    # transaction left open would refuse every later BEGIN on this thread.
+                    self._rollback(conn)
                     raise
-                conn.execute("COMMIT")
             return result
 
         return self._retrying(once)
+
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        # Some errors (SQLITE_FULL among them) may have rolled the transaction back already.
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        if conn.in_transaction:  # stuck in it: this thread starts over on a new connection
+            self._local.conn = None
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
 
     def _read(self, sql: str, params: dict[str, Any]) -> list[Any]:
         return self._retrying(lambda: self._conn.execute(sql, params).fetchall())
@@ -190,6 +256,7 @@ class SQLiteStore(SQLStore):
             current = cur.execute(
                 "SELECT COALESCE(MAX(version), 0) FROM tenure_schema_version"
             ).fetchone()[0]
+            _sql.refuse_newer(current, "sqlite")
             for version, script in _sql.migrations("sqlite"):
                 if version <= current:
                     continue

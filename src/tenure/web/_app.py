@@ -19,7 +19,7 @@ from tenure import Runtime, __version__
 from tenure._errors import DecisionConflict, InvalidRequest, StoreError, TenureError
 from tenure.web import _api, _pages
 from tenure.web._metrics import Metrics, instrument
-from tenure.web._security import Security
+from tenure.web._security import HostCheck, Security
 from tenure.web._state import Web, web_of
 
 log = logging.getLogger("tenure.web")
@@ -125,11 +125,14 @@ def create_app(
     public_read: bool = False,
     metrics: Metrics | None = None,
     tracing: Any = None,
+    allowed_hosts: frozenset[str] | None = None,
 ) -> FastAPI:
     """The web app for `runtime`.
 
     Writes need `token` (sent as a bearer token); so do reads unless `public_read`. Without a
-    token the app is read-only, which is only allowed with `public_read`.
+    token the app is read-only, which is only allowed with `public_read`. With
+    `allowed_hosts`, a request whose `Host` is neither one of them nor an IP address is
+    refused (400): `tenure serve` passes the names it serves (see `served_hosts`).
     """
     if not token and not public_read:
         raise WritesNeedToken(
@@ -150,7 +153,9 @@ def create_app(
         redoc_url=None,
     )
     app.state.web = web
-    app.add_middleware(SecurityHeaders)
+    if allowed_hosts is not None:
+        app.add_middleware(HostCheck, allowed=allowed_hosts)
+    app.add_middleware(SecurityHeaders)  # the outermost: a refused Host gets its headers too
     _handlers(app)
     app.include_router(_api.router)
     if web.hitl:

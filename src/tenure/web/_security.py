@@ -9,6 +9,13 @@ on the operator's behalf (the cookies are also SameSite=Strict and HttpOnly).
 Nothing is stored on the server: the session and CSRF values are HMACs of the browser's
 nonce under a key derived from the API token, so they survive a restart and die with a
 rotated token.
+
+`tenure serve` answers only requests whose `Host` is a name it serves (the bound host,
+`localhost`, names given with `--allowed-host`) or an IP address. DNS rebinding points a
+name the attacker owns at this server, so that the attacker's page is same-origin with it
+and may read what `--public-read` serves; such a request carries the attacker's name in
+`Host` and is refused. An IP address is always accepted: a page is same-origin with an IP
+address only when it was loaded from it.
 """
 
 from __future__ import annotations
@@ -16,10 +23,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import ipaddress
 import secrets
+import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fastapi import HTTPException, Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 NONCE_COOKIE = "tenure_nonce"
 SESSION_COOKIE = "tenure_session"
@@ -161,3 +172,77 @@ class Security:
         if not caller.authenticated:
             raise NotAuthenticated("reveal=true needs a token")
         return caller
+
+
+# -- the Host header ---------------------------------------------------------------------
+
+LOOPBACK_NAMES = ("localhost",)
+WILDCARD_ADDRESSES = ("", "0.0.0.0", "::")
+
+
+def served_hosts(bound: str, extra: Iterable[str] = ()) -> frozenset[str]:
+    """The host names a server bound to `bound` answers to (IP addresses always pass)."""
+    names = {bound, *LOOPBACK_NAMES, *extra}
+    if bound in WILDCARD_ADDRESSES:  # every interface: the machine's own names too
+        names |= {socket.gethostname(), socket.getfqdn()}
+    return frozenset(n.strip().lower().rstrip(".") for n in names if n.strip())
+
+
+def host_name(header: str) -> str | None:
+    """The name of a `Host` header without its port (None when it is malformed)."""
+    header = header.strip().lower()
+    if header.startswith("["):  # [::1]:8000
+        name, bracket, _ = header[1:].partition("]")
+        return name if bracket else None
+    name, _, port = header.partition(":")
+    if not name or (port and not port.isdigit()):
+        return None
+    return name.rstrip(".")
+
+
+def host_allowed(header: str, allowed: frozenset[str]) -> bool:
+    name = host_name(header)
+    if name is None:
+        return False
+    if name in allowed:
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class HostCheck:
+    """Refuse, before anything else runs, a request whose `Host` this server does not serve."""
+
+    def __init__(self, app: ASGIApp, allowed: frozenset[str]) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            headers = dict(scope.get("headers") or [])
+            host = headers.get(b"host", b"").decode("latin-1")
+            if not host_allowed(host, self.allowed):
+                await self._refuse(host, send)
+                return
+        await self.app(scope, receive, send)
+
+    async def _refuse(self, host: str, send: Send) -> None:
+        shown = host[:80] or "(none)"
+        body = (
+            f"unknown Host {shown!r}: this server answers to {', '.join(sorted(self.allowed))} "
+            "and IP addresses (add a name with --allowed-host)\n"
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 400,
+                "headers": [
+                    (b"content-type", b"text/plain; charset=utf-8"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -13,6 +14,8 @@ from tenure.cli._app import CliError, Context, UsageError
 from tenure.cli._output import err
 
 TOKEN_VARIABLE = "TENURE_API_TOKEN"
+HOSTS_VARIABLE = "TENURE_ALLOWED_HOSTS"
+_HOST_NAME = re.compile(r"^[a-z0-9_.:-]+$")
 GRACEFUL_SHUTDOWN_SECONDS = 3
 # Shorter tokens are accepted with a warning: guessing is the only attack on them.
 MIN_TOKEN_LENGTH = 16
@@ -35,8 +38,15 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
             raise CliError("--otel needs the otel extra: pip install 'tenure[otel]'") from None
         tracing = Tracing()
     token = os.environ.get(TOKEN_VARIABLE, "").strip() or None
+    hosts = _allowed_hosts(args.host, args.allowed_host)
     try:
-        app = create_app(ctx.app, token=token, public_read=args.public_read, tracing=tracing)
+        app = create_app(
+            ctx.app,
+            token=token,
+            public_read=args.public_read,
+            tracing=tracing,
+            allowed_hosts=hosts,
+        )
     except WritesNeedToken as exc:
         raise UsageError(str(exc)) from None
     logging.basicConfig(
@@ -81,3 +91,18 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
             thread.join()
     err.print("tenure serve stopped")
     return 0
+
+
+def _allowed_hosts(bound: str, given: list[str]) -> frozenset[str]:
+    """The Host names to answer to: the served ones, --allowed-host and $TENURE_ALLOWED_HOSTS."""
+    from tenure.web._security import host_name, served_hosts
+
+    names = []
+    for value in [*given, *os.environ.get(HOSTS_VARIABLE, "").split(",")]:
+        if not value.strip():
+            continue
+        name = host_name(value)
+        if name is None or not _HOST_NAME.match(name):
+            raise UsageError(f"allowed host {value!r} is not a host name")
+        names.append(name)
+    return served_hosts(bound, names)

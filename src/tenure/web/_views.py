@@ -443,7 +443,9 @@ def _pending_calls(events: Iterable[Event]) -> list[tuple[str, str, Any]]:
                     args = function.get("arguments")
                 pending.append((str(call.get("id")), str(function.get("name")), args))
         elif event.kind == EventKind.TOOL:
-            pending = [p for p in pending if p[0] != event.payload.get("call_id")]
+            # A turn may repeat a call id: the event answers only the first call still open.
+            answered = next((p for p in pending if p[0] == event.payload.get("call_id")), None)
+            pending = [p for p in pending if p is not answered]
     return pending
 
 
