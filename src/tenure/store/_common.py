@@ -162,7 +162,8 @@ class SQLStore(ABC):
     ) -> list[int] | None:
         """The guarded statement, then its events: inserted now, or added to `rows` for
         the caller to insert with the rest of its transaction's events."""
-        row = cur.execute(self._q[name], params).fetchone()
+        # Every statement that appends events reserves their sequences itself: `n` of them.
+        row = cur.execute(self._q[name], {**params, "n": len(events)}).fetchone()
         if row is None:
             return None
         attempt, token = (lease.attempt, lease.token) if lease else (row[1], row[2])
@@ -258,6 +259,7 @@ class SQLStore(ABC):
             "lease": lease_seconds,
             "limit": limit,
             "queues": self._queues_param(queues),
+            "n": 1,  # the claimed event
         }
 
     def _claim_in(
@@ -277,7 +279,7 @@ class SQLStore(ABC):
         return self._write(lambda cur: self._claim_in(cur, owner, params))
 
     def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> Claimed | None:
-        params = {"id": run_id, "owner": owner, "lease": lease_seconds}
+        params = {"id": run_id, "owner": owner, "lease": lease_seconds, "n": 1}
         claimed = self._write(
             lambda cur: self._claimed(
                 cur, cur.execute(self._q["claim_run"], params).fetchall(), owner
@@ -295,7 +297,6 @@ class SQLStore(ABC):
         params = {
             **self._lease_params(lease),
             "lease": lease_seconds,
-            "n": len(events),
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
             "cost": usage.cost,
@@ -369,8 +370,15 @@ class SQLStore(ABC):
         }
 
     def settle(self, lease: Lease, settlement: Settlement) -> list[int] | None:
-        params = self._settle_params(lease, settlement)
-        return self._guarded("settle", params, lease.run_id, settlement.events, lease)
+        work = [(lease, settlement, self._settle_params(lease, settlement))]
+
+        def tx(cur: Cursor) -> list[int] | None:
+            events: list[dict[str, Any]] = []
+            (settled,) = self._settle_batch_in(cur, work, events)
+            self._insert_events(cur, events)
+            return settled
+
+        return self._write(tx)
 
     def settle_and_claim(
         self,
@@ -398,10 +406,7 @@ class SQLStore(ABC):
         work: Sequence[tuple[Lease, Settlement, dict[str, Any]]],
         events: list[dict[str, Any]],
     ) -> list[list[int] | None]:
-        """Settle every run of `work` with one statement (one alone: `settle` itself)."""
-        if len(work) == 1:
-            ((lease, s, params),) = work
-            return [self._guarded_in(cur, "settle", params, lease.run_id, s.events, lease, events)]
+        """Settle every run of `work` with one statement."""
         rows = cur.execute(
             self._q["settle_batch"], {"batch": dumps([params for _, _, params in work])}
         ).fetchall()
@@ -466,6 +471,7 @@ class SQLStore(ABC):
             "decision": dumps(decision),
             "owner": owner,
             "lease": lease_seconds,
+            "n": 2,  # the decision's event, then the claimed event
         }
 
         def tx(cur: Cursor) -> list[Claimed]:
@@ -484,7 +490,7 @@ class SQLStore(ABC):
         )
 
         def tx(cur: Cursor) -> int:
-            rows = cur.execute(self._q["expire_waits"], {"limit": limit}).fetchall()
+            rows = cur.execute(self._q["expire_waits"], {"limit": limit, "n": 1}).fetchall()
             for run_id, last, attempt, token in rows:
                 self._append(cur, run_id, last, attempt, token, [event])
             return len(rows)
@@ -544,7 +550,8 @@ class SQLStore(ABC):
     def redrive(self, run_id: str, force: bool) -> bool:
         def tx(cur: Cursor) -> bool:
             fence = cur.execute(self._q["fence_of"], {"id": run_id}).fetchone()
-            row = cur.execute(self._q["redrive"], {"id": run_id, "force": force}).fetchone()
+            params = {"id": run_id, "force": force, "n": 1}
+            row = cur.execute(self._q["redrive"], params).fetchone()
             if row is None:
                 return False
             prior = fence[0] if fence else ""

@@ -87,7 +87,7 @@ UPDATE tenure_runs r
        lease_token = r.lease_token + 1,
        attempt = CASE WHEN r.started_at IS NULL THEN 0 ELSE r.attempt + 1 END,
        started_at = COALESCE(r.started_at, {now}), updated_at = {now},
-       last_sequence = r.last_sequence + 1
+       last_sequence = r.last_sequence + %(n)s
   FROM picked
  WHERE r.id = picked.id
 RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_sequence,
@@ -101,7 +101,7 @@ UPDATE tenure_runs
        lease_token = lease_token + 1,
        attempt = CASE WHEN started_at IS NULL THEN 0 ELSE attempt + 1 END,
        started_at = COALESCE(started_at, {now}), updated_at = {now},
-       last_sequence = last_sequence + 1
+       last_sequence = last_sequence + %(n)s
  WHERE id = %(id)s AND status = 'queued' AND available_at <= {now}
 RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
 
@@ -129,7 +129,7 @@ RETURNING last_sequence, attempt, lease_token;
 -- name: clear_fence
 UPDATE tenure_runs
    SET pending_effect = '', lease_expires = {now} + make_interval(secs => %(lease)s),
-       last_sequence = last_sequence + 1, updated_at = {now}
+       last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s
 RETURNING last_sequence, attempt, lease_token;
@@ -141,7 +141,7 @@ UPDATE tenure_runs
    SET status = 'queued', requeue_count = requeue_count + 1,
        available_at = {now} + make_interval(secs => %(delay)s), claimed_by = '',
        lease_expires = NULL, pending_effect = '', error_class = %(error_class)s,
-       error = %(error)s, last_sequence = last_sequence + 1, updated_at = {now}
+       error = %(error)s, last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s
 RETURNING last_sequence, attempt, lease_token,
@@ -165,7 +165,7 @@ UPDATE tenure_runs
        unserved = unserved + CASE WHEN %(unserved)s THEN 1 ELSE 0 END,
        error_class = CASE WHEN %(unserved)s THEN 'configuration' ELSE error_class END,
        error = CASE WHEN %(unserved)s THEN %(error)s ELSE error END,
-       last_sequence = last_sequence + 1, updated_at = {now}
+       last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s AND pending_effect = ''
 RETURNING last_sequence, attempt, lease_token,
@@ -178,35 +178,19 @@ RETURNING last_sequence, attempt, lease_token,
 -- non-idempotent write is in flight (that run is dead-lettered instead).
 UPDATE tenure_runs
    SET status = 'queued', claimed_by = '', lease_expires = NULL,
-       pending_effect = '', last_sequence = last_sequence + 1, updated_at = {now}
+       pending_effect = '', last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s AND pending_effect <> 'non_idempotent_write'
 RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
--- name: settle
--- A terminal state under the owner's lease (and, when :fence is set, only while that fence
--- stands). A dead-letter keeps its request (for redrive); every failure keeps its fence as
--- evidence of a write that may have happened.
-UPDATE tenure_runs
-   SET status = %(status)s, termination_reason = %(reason)s, output = %(output)s,
-       error_class = %(error_class)s, error = %(error)s, claimed_by = '',
-       lease_expires = NULL,
-       request = CASE WHEN %(keep)s THEN request ELSE NULL END,
-       pending_effect = CASE WHEN %(keep_fence)s THEN pending_effect ELSE '' END,
-       decision = CASE WHEN %(keep)s THEN decision ELSE NULL END, waiting = NULL,
-       wait_deadline = NULL,
-       input_tokens = input_tokens + %(input_tokens)s,
-       output_tokens = output_tokens + %(output_tokens)s, cost = cost + %(cost)s,
-       last_sequence = last_sequence + %(n)s, finished_at = {now}, updated_at = {now}
- WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-   AND lease_token = %(token)s
-   AND (%(fence)s::text = '' OR pending_effect = %(fence)s::text)
-RETURNING last_sequence, attempt, lease_token;
-
 -- name: settle_batch
--- `settle` for several runs in one statement: %(batch)s is a JSON array of objects with the
--- parameters of `settle`, each row guarded exactly as there. (A run may appear twice, under
--- an old token and a new one: only the row whose token matches can apply.)
+-- Settle: a terminal state for each run of %(batch)s (a JSON array of objects, one per run:
+-- id, owner, token, status, reason, output, error_class, error, keep, keep_fence, fence, n,
+-- usage), each under its owner's lease and, when `fence` is set, only while that fence
+-- stands. A dead-letter keeps its request (for redrive); every failure keeps its fence as
+-- evidence of a write that may have happened. One settle is a batch of one. (A run may
+-- appear twice, under an old token and a new one: only the row whose token matches can
+-- apply.)
 UPDATE tenure_runs r
    SET status = b.status, termination_reason = b.reason, output = b.output,
        error_class = b.error_class, error = b.error, claimed_by = '',
@@ -233,7 +217,7 @@ RETURNING r.id, r.lease_token, r.last_sequence;
 UPDATE tenure_runs
    SET status = 'cancelled', termination_reason = 'cancelled', claimed_by = '',
        lease_expires = NULL, request = NULL, waiting = NULL, decision = NULL,
-       wait_deadline = NULL, last_sequence = last_sequence + 1,
+       wait_deadline = NULL, last_sequence = last_sequence + %(n)s,
        finished_at = {now}, updated_at = {now}
  WHERE id = %(id)s AND status NOT IN ('completed', 'failed', 'cancelled')
 RETURNING last_sequence, attempt, lease_token;
@@ -263,7 +247,7 @@ UPDATE tenure_runs
    SET status = 'queued', requeue_count = requeue_count + 1,
        claimed_by = '', lease_expires = NULL, pending_effect = '',
        error_class = 'timeout', error = %(error)s,
-       last_sequence = last_sequence + 1, updated_at = {now}
+       last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND lease_expires < {now}
    AND lease_token = %(token)s AND pending_effect = %(fence)s
    AND requeue_count = %(requeue_count)s AND (request IS NOT NULL) = %(has_request)s
@@ -274,7 +258,7 @@ RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 UPDATE tenure_runs
    SET status = 'failed', termination_reason = %(reason)s, error_class = 'timeout',
        error = %(error)s, claimed_by = '', lease_expires = NULL,
-       last_sequence = last_sequence + 1, finished_at = {now}, updated_at = {now}
+       last_sequence = last_sequence + %(n)s, finished_at = {now}, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND lease_expires < {now}
    AND lease_token = %(token)s AND pending_effect = %(fence)s
    AND requeue_count = %(requeue_count)s AND (request IS NOT NULL) = %(has_request)s
@@ -290,7 +274,7 @@ SELECT pending_effect FROM tenure_runs WHERE id = %(id)s FOR UPDATE;
 UPDATE tenure_runs
    SET status = 'queued', termination_reason = '', requeue_count = 0, pending_effect = '',
        available_at = {now}, finished_at = NULL, error_class = '', error = '',
-       output = NULL, last_sequence = last_sequence + 1, updated_at = {now}
+       output = NULL, last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'failed'
    AND termination_reason IN ('retries_exhausted', 'not_retryable')
    AND request IS NOT NULL
@@ -353,7 +337,7 @@ RETURNING last_sequence, attempt, lease_token;
 -- race on the status: one applies, the other matches nothing.
 UPDATE tenure_runs
    SET status = 'queued', available_at = {now}, decision = %(decision)s, waiting = NULL,
-       wait_deadline = NULL, last_sequence = last_sequence + 1, updated_at = {now}
+       wait_deadline = NULL, last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = %(expected)s
 RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
@@ -362,7 +346,7 @@ RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 UPDATE tenure_runs
    SET status = 'running', claimed_by = %(owner)s, lease_expires = {now} + make_interval(secs => %(lease)s),
        lease_token = lease_token + 1, attempt = attempt + 1, decision = %(decision)s,
-       waiting = NULL, wait_deadline = NULL, last_sequence = last_sequence + 2,
+       waiting = NULL, wait_deadline = NULL, last_sequence = last_sequence + %(n)s,
        updated_at = {now}
  WHERE id = %(id)s AND status = %(expected)s
 RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
@@ -373,7 +357,7 @@ RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decis
 UPDATE tenure_runs
    SET status = 'failed', termination_reason = 'approval_denied',
        error = 'no decision before the approval timeout', waiting = NULL, decision = NULL,
-       request = NULL, wait_deadline = NULL, last_sequence = last_sequence + 1,
+       request = NULL, wait_deadline = NULL, last_sequence = last_sequence + %(n)s,
        finished_at = {now}, updated_at = {now}
  WHERE id IN (SELECT id FROM tenure_runs
                WHERE status IN ('waiting_for_approval', 'waiting_for_input')

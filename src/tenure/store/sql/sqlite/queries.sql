@@ -42,7 +42,7 @@ UPDATE tenure_runs
        lease_token = lease_token + 1,
        attempt = CASE WHEN started_at IS NULL THEN 0 ELSE attempt + 1 END,
        started_at = COALESCE(started_at, {now}), updated_at = {now},
-       last_sequence = last_sequence + 1
+       last_sequence = last_sequence + :n
  WHERE id IN (SELECT id FROM tenure_runs INDEXED BY tenure_runs_claimable
                WHERE status = 'queued' AND available_at <= {now}
                  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
@@ -57,7 +57,7 @@ UPDATE tenure_runs
        lease_token = lease_token + 1,
        attempt = CASE WHEN started_at IS NULL THEN 0 ELSE attempt + 1 END,
        started_at = COALESCE(started_at, {now}), updated_at = {now},
-       last_sequence = last_sequence + 1
+       last_sequence = last_sequence + :n
  WHERE id = :id AND status = 'queued' AND available_at <= {now}
 RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
 
@@ -81,7 +81,7 @@ RETURNING last_sequence, attempt, lease_token;
 -- name: clear_fence
 UPDATE tenure_runs
    SET pending_effect = '', lease_expires = {now} + :lease,
-       last_sequence = last_sequence + 1, updated_at = {now}
+       last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
 RETURNING last_sequence, attempt, lease_token;
 
@@ -91,7 +91,7 @@ UPDATE tenure_runs
    SET status = 'queued', requeue_count = requeue_count + 1,
        available_at = {now} + :delay, claimed_by = '', lease_expires = NULL,
        pending_effect = '', error_class = :error_class, error = :error,
-       last_sequence = last_sequence + 1, updated_at = {now}
+       last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
 RETURNING last_sequence, attempt, lease_token;
 
@@ -112,7 +112,7 @@ UPDATE tenure_runs
        unserved = unserved + CASE WHEN :unserved THEN 1 ELSE 0 END,
        error_class = CASE WHEN :unserved THEN 'configuration' ELSE error_class END,
        error = CASE WHEN :unserved THEN :error ELSE error END,
-       last_sequence = last_sequence + 1, updated_at = {now}
+       last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
    AND pending_effect = ''
 RETURNING last_sequence, attempt, lease_token;
@@ -124,34 +124,19 @@ RETURNING last_sequence, attempt, lease_token;
 -- non-idempotent write is in flight (that run is dead-lettered instead).
 UPDATE tenure_runs
    SET status = 'queued', claimed_by = '', lease_expires = NULL,
-       pending_effect = '', last_sequence = last_sequence + 1, updated_at = {now}
+       pending_effect = '', last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
    AND pending_effect <> 'non_idempotent_write'
 RETURNING last_sequence, attempt, lease_token;
 
--- name: settle
--- A terminal state under the owner's lease (and, when :fence is set, only while that fence
--- stands). A dead-letter keeps its request (for redrive); every failure keeps its fence as
--- evidence of a write that may have happened.
-UPDATE tenure_runs
-   SET status = :status, termination_reason = :reason, output = :output,
-       error_class = :error_class, error = :error, claimed_by = '', lease_expires = NULL,
-       request = CASE WHEN :keep THEN request ELSE NULL END,
-       pending_effect = CASE WHEN :keep_fence THEN pending_effect ELSE '' END,
-       decision = CASE WHEN :keep THEN decision ELSE NULL END, waiting = NULL,
-       wait_deadline = NULL,
-       input_tokens = input_tokens + :input_tokens,
-       output_tokens = output_tokens + :output_tokens, cost = cost + :cost,
-       last_sequence = last_sequence + :n, finished_at = {now}, updated_at = {now}
- WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
-   AND (:fence = '' OR pending_effect = :fence)
-RETURNING last_sequence, attempt, lease_token;
-
 -- name: settle_batch
--- `settle` for several runs in one statement: :batch is a JSON array of objects with the
--- parameters of `settle`, each row guarded exactly as there. (A run may appear twice, under
--- an old token and a new one: only the row whose token matches can apply.) INDEXED BY: the
--- planner would otherwise scan the running rows once per batch entry.
+-- Settle: a terminal state for each run of :batch (a JSON array of objects, one per run:
+-- id, owner, token, status, reason, output, error_class, error, keep, keep_fence, fence, n,
+-- usage), each under its owner's lease and, when `fence` is set, only while that fence
+-- stands. A dead-letter keeps its request (for redrive); every failure keeps its fence as
+-- evidence of a write that may have happened. One settle is a batch of one. (A run may
+-- appear twice, under an old token and a new one: only the row whose token matches can
+-- apply.) INDEXED BY: the planner would otherwise scan the running rows once per entry.
 UPDATE tenure_runs INDEXED BY sqlite_autoindex_tenure_runs_1
    SET status = json_extract(b.value, '$.status'),
        termination_reason = json_extract(b.value, '$.reason'),
@@ -181,7 +166,7 @@ RETURNING id, lease_token, last_sequence;
 UPDATE tenure_runs
    SET status = 'cancelled', termination_reason = 'cancelled', claimed_by = '',
        lease_expires = NULL, request = NULL, waiting = NULL, decision = NULL,
-       wait_deadline = NULL, last_sequence = last_sequence + 1,
+       wait_deadline = NULL, last_sequence = last_sequence + :n,
        finished_at = {now}, updated_at = {now}
  WHERE id = :id AND status NOT IN ('completed', 'failed', 'cancelled')
 RETURNING last_sequence, attempt, lease_token;
@@ -210,7 +195,7 @@ UPDATE tenure_runs
    SET status = 'queued', requeue_count = requeue_count + 1,
        claimed_by = '', lease_expires = NULL, pending_effect = '',
        error_class = 'timeout', error = :error,
-       last_sequence = last_sequence + 1, updated_at = {now}
+       last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND lease_expires < {now} AND lease_token = :token
    AND pending_effect = :fence AND requeue_count = :requeue_count
    AND (request IS NOT NULL) = :has_request
@@ -221,7 +206,7 @@ RETURNING last_sequence, attempt, lease_token;
 UPDATE tenure_runs
    SET status = 'failed', termination_reason = :reason, error_class = 'timeout',
        error = :error, claimed_by = '', lease_expires = NULL,
-       last_sequence = last_sequence + 1, finished_at = {now}, updated_at = {now}
+       last_sequence = last_sequence + :n, finished_at = {now}, updated_at = {now}
  WHERE id = :id AND status = 'running' AND lease_expires < {now} AND lease_token = :token
    AND pending_effect = :fence AND requeue_count = :requeue_count
    AND (request IS NOT NULL) = :has_request
@@ -236,7 +221,7 @@ SELECT pending_effect FROM tenure_runs WHERE id = :id;
 UPDATE tenure_runs
    SET status = 'queued', termination_reason = '', requeue_count = 0, pending_effect = '',
        available_at = {now}, finished_at = NULL, error_class = '', error = '',
-       output = NULL, last_sequence = last_sequence + 1, updated_at = {now}
+       output = NULL, last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'failed'
    AND termination_reason IN ('retries_exhausted', 'not_retryable')
    AND request IS NOT NULL
@@ -296,7 +281,7 @@ RETURNING last_sequence, attempt, lease_token;
 -- race on the status: one applies, the other matches nothing.
 UPDATE tenure_runs
    SET status = 'queued', available_at = {now}, decision = :decision, waiting = NULL,
-       wait_deadline = NULL, last_sequence = last_sequence + 1, updated_at = {now}
+       wait_deadline = NULL, last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = :expected
 RETURNING last_sequence, attempt, lease_token;
 
@@ -305,7 +290,7 @@ RETURNING last_sequence, attempt, lease_token;
 UPDATE tenure_runs
    SET status = 'running', claimed_by = :owner, lease_expires = {now} + :lease,
        lease_token = lease_token + 1, attempt = attempt + 1, decision = :decision,
-       waiting = NULL, wait_deadline = NULL, last_sequence = last_sequence + 2,
+       waiting = NULL, wait_deadline = NULL, last_sequence = last_sequence + :n,
        updated_at = {now}
  WHERE id = :id AND status = :expected
 RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
@@ -316,7 +301,7 @@ RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decis
 UPDATE tenure_runs
    SET status = 'failed', termination_reason = 'approval_denied',
        error = 'no decision before the approval timeout', waiting = NULL, decision = NULL,
-       request = NULL, wait_deadline = NULL, last_sequence = last_sequence + 1,
+       request = NULL, wait_deadline = NULL, last_sequence = last_sequence + :n,
        finished_at = {now}, updated_at = {now}
  WHERE id IN (SELECT id FROM tenure_runs
                WHERE status IN ('waiting_for_approval', 'waiting_for_input')
