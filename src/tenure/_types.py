@@ -162,6 +162,10 @@ class Run:
     # and until when the reaper waits (approval timeout).
     waiting: dict[str, Any] | None = None
     wait_deadline: datetime | None = None
+    # Set when the row could not be fully decoded (a corrupt value, a timestamp out of
+    # range): which fields, and why. Those fields hold None, or for a required timestamp
+    # 0001-01-01 UTC; the rest of the row is as stored.
+    damaged: str | None = None
 
     @property
     def is_dead_letter(self) -> bool:
@@ -176,6 +180,8 @@ class Run:
                 value = value.isoformat()
             elif value is None and f.name in _EMPTY_WHEN_NONE:
                 value = ""
+            elif value is None and f.name == "damaged":
+                continue  # only a damaged row carries the key
             out[f.name] = value
         return out
 
@@ -190,9 +196,12 @@ class Event:
     created_at: datetime
     # The fencing token the event was written under (the writer's, for a segment's steps).
     lease_token: int = 0
+    # Set when the row could not be decoded: why. The payload is then `{"damaged": why}`
+    # (what was stored is not readable), an unreadable time 0001-01-01 UTC.
+    damaged: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "run_id": self.run_id,
             "sequence": self.sequence,
             "attempt": self.attempt,
@@ -201,6 +210,9 @@ class Event:
             "created_at": self.created_at.isoformat(),
             "lease_token": self.lease_token,
         }
+        if self.damaged is not None:
+            out["damaged"] = self.damaged
+        return out
 
 
 @dataclass(frozen=True)
