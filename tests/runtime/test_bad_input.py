@@ -297,3 +297,40 @@ def test_a_servers_retry_after_is_clamped_to_the_ceiling(
     wait = run.available_at - run.updated_at
     assert timedelta(days=365) < wait <= timedelta(seconds=tenure_ceiling() + 60)
     assert [r.id for r in runtime.runs()] == [run_id]
+
+
+def test_a_tool_result_json_cannot_hold_is_stored_as_text_on_both_stores(
+    runtime: tenure.Runtime,
+) -> None:
+    """NaN, infinities, integers beyond 64 bits and text that is not UTF-8 in a tool's result:
+    the run completes and the event holds their text, the same on SQLite and PostgreSQL."""
+    import json
+
+    @runtime.tool
+    def odd() -> dict[str, Any]:
+        return {
+            "nan": float("nan"),
+            "inf": [float("inf"), float("-inf")],
+            "big": 2**70,
+            "fine": 2**63 - 1,
+            "nothing": None,
+            "surrogate": "a\udcffb",
+            "nul": "a\x00b",
+        }
+
+    script = [{"call": [{"tool": "odd", "args": {}}]}, {"say": "done"}]
+    run_id = runtime.enqueue(req(tools=["odd"], script=script))
+    result = runtime.run_queued(run_id)
+    assert result is not None and result.outcome is tenure.Outcome.COMPLETED
+    (tool,) = [e for e in runtime.events(run_id) if e.kind is tenure.EventKind.TOOL]
+    assert tool.payload["result"] == {
+        "nan": "nan",
+        "inf": ["inf", "-inf"],
+        "big": str(2**70),
+        "fine": 2**63 - 1,
+        "nothing": None,
+        "surrogate": "a\\udcffb",
+        "nul": "a\x00b",
+    }
+    for event in runtime.events(run_id):
+        json.dumps(event.to_json(), allow_nan=False)
