@@ -36,10 +36,8 @@ def retry_after(exc: BaseException) -> float | None:
     from tenure._policy import clamp_wait
 
     if isinstance(exc, ProviderError) and exc.retry_after is not None:
-        try:
-            return clamp_wait(float(exc.retry_after))
-        except (TypeError, ValueError, OverflowError):
-            return None
+        # A value that is not a number at all is a provider's bug: it fails recovery.
+        return clamp_wait(float(exc.retry_after))
     return None
 
 

@@ -180,8 +180,6 @@ class Run:
                 value = value.isoformat()
             elif value is None and f.name in _EMPTY_WHEN_NONE:
                 value = ""
-            elif value is None and f.name == "damaged":
-                continue  # only a damaged row carries the key
             out[f.name] = value
         return out
 
@@ -201,7 +199,7 @@ class Event:
     damaged: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {
+        return {
             "run_id": self.run_id,
             "sequence": self.sequence,
             "attempt": self.attempt,
@@ -209,10 +207,8 @@ class Event:
             "payload": self.payload,
             "created_at": self.created_at.isoformat(),
             "lease_token": self.lease_token,
+            "damaged": self.damaged,
         }
-        if self.damaged is not None:
-            out["damaged"] = self.damaged
-        return out
 
 
 @dataclass(frozen=True)
