@@ -29,11 +29,15 @@ def classify(exc: BaseException) -> FailureClass:
 
 
 def retry_after(exc: BaseException) -> float | None:
-    """The server's requested wait in seconds, when the failure carried one."""
+    """The server's requested wait in seconds, when the failure carried one, clamped to
+    `MAX_DELAY_SECONDS` (a server's header is not ours to trust; NaN or infinity is the
+    ceiling)."""
     from tenure._errors import ProviderError
+    from tenure._policy import clamp_wait
 
-    if isinstance(exc, ProviderError):
-        return exc.retry_after
+    if isinstance(exc, ProviderError) and exc.retry_after is not None:
+        # A value that is not a number at all is a provider's bug: it fails recovery.
+        return clamp_wait(float(exc.retry_after))
     return None
 
 

@@ -97,8 +97,9 @@ class Segment:
     def execute(self) -> RunResult:
         try:
             request = self.request or _requests.from_json(self.raw_request)
-        except ValueError as exc:
-            # A payload that cannot be read can never run: fail it now, never strand it.
+        except Exception as exc:
+            # A payload that cannot be read can never run: fail it now, never strand it
+            # (whatever the exception: one that escaped here would leave the run running).
             return self._recover(ProviderError(FailureClass.CONFIGURATION, str(exc)))
         try:
             missing = [] if self.interactive else self._missing(request)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
+from tenure._errors import InvalidRequest
 from tenure._types import FailureClass, TerminationReason, ToolEffect
 
 DEFAULT_LEASE_SECONDS = 900.0
@@ -12,6 +14,28 @@ DEFAULT_MAX_REQUEUES = 3
 DEFAULT_BACKOFF_BASE = 30.0
 DEFAULT_BACKOFF_CAP = 600.0
 MAX_ITERATIONS_CEILING = 20
+# The longest time tenure accepts anywhere a time is given (a delay, a lease, a backoff, a
+# timeout, a retention age) and the longest wait a server's Retry-After can impose: a year
+# and a day. Far past any real wait, and far inside what both stores can hold and read back.
+MAX_DELAY_SECONDS = 366 * 86400.0
+# The deepest nesting of lists and objects accepted in a request's metadata or script.
+MAX_NESTING_DEPTH = 64
+
+
+def check_seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
+    """A time a user gave, in seconds: a finite number, positive (or zero when
+    `allow_zero`), at most `MAX_DELAY_SECONDS`; anything else raises InvalidRequest."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(f"{name} must be a number of seconds, got {value!r}")
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not (math.isfinite(value) and low_ok):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidRequest(f"{name} must be a number of seconds {bound}, got {value!r}")
+    if value > MAX_DELAY_SECONDS:
+        raise InvalidRequest(
+            f"{name} must be at most {MAX_DELAY_SECONDS:.0f} seconds (366 days), got {value!r}"
+        )
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -47,11 +71,19 @@ def backoff(
     `d = min(base * 2**n, cap)`, then a uniform draw in `[d/2, d]`: jitter that still keeps
     a minimum wait. A server's Retry-After is a floor, never shortened by the jitter.
     """
-    d = min(base * (2 ** min(requeue_count, 62)), cap)
+    d = min(base * (2 ** min(requeue_count, 62)), cap, MAX_DELAY_SECONDS)
     delay = (rng or random).uniform(d / 2, d)
-    if retry_after is not None and retry_after > delay:
-        delay = retry_after
-    return max(delay, 0.0)
+    if retry_after is not None:
+        delay = max(delay, clamp_wait(retry_after))
+    return min(max(delay, 0.0), MAX_DELAY_SECONDS)
+
+
+def clamp_wait(seconds: float) -> float:
+    """A wait someone else asked for (a server's Retry-After), within `[0, MAX_DELAY_SECONDS]`;
+    a wait that is not a number, or is infinite, is the ceiling."""
+    if not math.isfinite(seconds):
+        return 0.0 if seconds == -math.inf else MAX_DELAY_SECONDS
+    return min(max(seconds, 0.0), MAX_DELAY_SECONDS)
 
 
 def recovery(

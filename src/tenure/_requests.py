@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tenure import _json
 from tenure._errors import InvalidRequest, UnknownModel
-from tenure._policy import MAX_ITERATIONS_CEILING
+from tenure._policy import MAX_ITERATIONS_CEILING, MAX_NESTING_DEPTH
 from tenure._types import RunRequest
 from tenure.providers.scripted import parse_script
 
@@ -34,12 +35,108 @@ def validate(
     return request
 
 
+class _Types(BaseModel):
+    """The type of every RunRequest field (values and limits are checked after)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    prompt: str
+    model: str
+    tools: tuple[str, ...]
+    max_iterations: int
+    queue: str
+    idempotency_key: str | None
+    metadata: dict[str, Any]
+    script: Any  # checked by parse_script, with messages that name the turn
+    system: str | None
+    max_tokens: int | None
+    max_cost: float | int | None
+
+
+def _check_types(r: RunRequest) -> None:
+    try:
+        _Types.model_validate({f: getattr(r, f) for f in _FIELDS})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = first["loc"][0] if first["loc"] else "request"
+        got = repr(first["input"])
+        got = got if len(got) <= 60 else got[:57] + "..."
+        raise InvalidRequest(f"{where}: {first['msg'].lower()}, got {got}") from None
+
+
 def _check_shape(r: RunRequest, *, stored: bool = False) -> None:
-    """Names and limits; metadata a dict, and JSON-serialisable unless it came from JSON
-    (`stored`), which it then is by construction."""
+    """Types, names and limits; metadata and script JSON that both stores hold alike, unless
+    the request came from JSON (`stored`), which it then is by construction."""
+    _check_types(r)
     _check_names(r)
     _check_limits(r)
-    _check_metadata(r, serialise=not stored)
+    if not stored:
+        _check_text(r)
+        check_json_value("metadata", r.metadata)
+        if r.script is not None:
+            check_json_value("script", r.script)
+
+
+def _check_text(r: RunRequest) -> None:
+    for name in ("prompt", "model", "queue", "idempotency_key", "system"):
+        value = getattr(r, name)
+        if value is not None:
+            check_text(name, value)
+    for tool in r.tools:
+        check_text("tools", tool)
+
+
+def check_text(name: str, value: str) -> None:
+    """Text both stores keep as given: UTF-8 (no lone surrogate) and no NUL character."""
+    if "\x00" in value:
+        raise InvalidRequest(f"{name} must not contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequest(f"{name} is not valid UTF-8 text (a lone surrogate)") from None
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def check_json_value(name: str, value: Any) -> None:
+    """A value both stores hold alike as JSON: objects with text keys, lists, text, finite
+    numbers, integers within 64 bits, booleans and null, nested at most MAX_NESTING_DEPTH
+    deep. Walked without recursion, so a value nested thousands deep is refused, not a crash."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth >= MAX_NESTING_DEPTH:
+                raise InvalidRequest(f"{name} is nested more than {MAX_NESTING_DEPTH} levels deep")
+            stack.extend((child, depth + 1) for child in _children(name, item))
+        else:
+            _check_scalar(name, item)
+
+
+def _children(name: str, item: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> Iterable[Any]:
+    if not isinstance(item, dict):
+        return item
+    for key in item:
+        if not isinstance(key, str):
+            raise InvalidRequest(f"{name} must be JSON-serialisable: key {key!r}")
+        check_text(f"{name} key", key)
+    return item.values()
+
+
+def _check_scalar(name: str, item: Any) -> None:
+    if isinstance(item, str):
+        check_text(name, item)
+    elif isinstance(item, bool) or item is None:
+        return
+    elif isinstance(item, int):
+        if item not in _INT64:
+            raise InvalidRequest(f"{name} holds an integer beyond 64 bits")
+    elif isinstance(item, float):
+        if not math.isfinite(item):
+            raise InvalidRequest(f"{name} holds {item!r}, which JSON cannot hold")
+    else:
+        raise InvalidRequest(f"{name} must be JSON-serialisable: a {type(item).__name__} is not")
 
 
 def _check_names(r: RunRequest) -> None:
@@ -47,7 +144,7 @@ def _check_names(r: RunRequest) -> None:
         raise InvalidRequest("prompt must be a non-empty string")
     if not isinstance(r.model, str) or not r.model:
         raise InvalidRequest("model must be a non-empty string")
-    if not all(isinstance(t, str) and t for t in r.tools):
+    if not all(t for t in r.tools):
         raise InvalidRequest("tools must be a list of tool names")
     if len(set(r.tools)) != len(r.tools):
         raise InvalidRequest("tools lists a tool twice")
@@ -85,17 +182,6 @@ def to_json(request: RunRequest) -> dict[str, Any]:
     return data
 
 
-def _check_metadata(r: RunRequest, *, serialise: bool) -> None:
-    if not isinstance(r.metadata, dict):
-        raise InvalidRequest("metadata must be a dict")
-    if not serialise:
-        return
-    try:
-        json.dumps(r.metadata)
-    except (TypeError, ValueError):
-        raise InvalidRequest("metadata must be JSON-serialisable") from None
-
-
 def from_json(raw: str | None) -> RunRequest:
     """A stored request; a corrupt one raises InvalidRequest (the run then fails for good)."""
     if raw is None:
@@ -111,7 +197,7 @@ def from_json(raw: str | None) -> RunRequest:
         raise InvalidRequest(f"stored request has unknown fields: {sorted(unknown)}")
     try:
         request = RunRequest(**data)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise InvalidRequest(f"stored request is incomplete: {exc}") from None
     # A script is checked where it is played (a malformed one fails the run with
     # `configuration`).

@@ -162,6 +162,10 @@ class Run:
     # and until when the reaper waits (approval timeout).
     waiting: dict[str, Any] | None = None
     wait_deadline: datetime | None = None
+    # Set when the row could not be fully decoded (a corrupt value, a timestamp out of
+    # range): which fields, and why. Those fields hold None, or for a required timestamp
+    # 0001-01-01 UTC; the rest of the row is as stored.
+    damaged: str | None = None
 
     @property
     def is_dead_letter(self) -> bool:
@@ -190,6 +194,9 @@ class Event:
     created_at: datetime
     # The fencing token the event was written under (the writer's, for a segment's steps).
     lease_token: int = 0
+    # Set when the row could not be decoded: why. The payload is then `{"damaged": why}`
+    # (what was stored is not readable), an unreadable time 0001-01-01 UTC.
+    damaged: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -200,6 +207,7 @@ class Event:
             "payload": self.payload,
             "created_at": self.created_at.isoformat(),
             "lease_token": self.lease_token,
+            "damaged": self.damaged,
         }
 
 

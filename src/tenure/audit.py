@@ -175,6 +175,10 @@ class _Walk:
                 event,
                 f"written under token {event.lease_token}, the run's token was {self.token}",
             )
+        if event.damaged is not None:
+            # What it says cannot be read: report it, and check the rest of the run.
+            self.flag(event, f"damaged row: {event.damaged}")
+            return
         handler = _HANDLERS.get(event.kind)
         if handler is not None:
             handler(self, event)
@@ -523,6 +527,8 @@ def audit(
         report.events += len(events)
         report.outcomes[_outcome(run)] += 1
         walk = _walk(run.id, events, max_requeues)
+        if run.damaged is not None:
+            report.violations.append(f"run {run.id}: damaged row: {run.damaged}")
         _check_dead_letters(walk, run)
         _check_row(walk, run)
         report.violations.extend(walk.problems)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import threading
@@ -63,11 +62,7 @@ def _check_decider(who: str, execute: str) -> None:
 
 
 def _positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidRequest(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise InvalidRequest(f"{name} must be positive, got {value!r}")
-    return float(value)
+    return _policy.check_seconds(name, value)
 
 
 class Runtime:
@@ -214,16 +209,8 @@ class Runtime:
 
     def enqueue_many(self, requests: Sequence[RunRequest], *, delay: float = 0.0) -> list[str]:
         """Queue several runs in one transaction (all are validated before any is stored)."""
-        if (
-            isinstance(delay, bool)
-            or not isinstance(delay, int | float)
-            or not (math.isfinite(delay) and delay >= 0)
-        ):
-            raise InvalidRequest(f"delay must be a number of seconds >= 0, got {delay!r}")
-        runs = [
-            self._new_run(self._validate(r), interactive=False, delay=float(delay))
-            for r in requests
-        ]
+        delay = _policy.check_seconds("delay", delay, allow_zero=True)
+        runs = [self._new_run(self._validate(r), interactive=False, delay=delay) for r in requests]
         return [run_id for run_id, _ in self.store.enqueue_many(runs)]
 
     def run(self, request: RunRequest) -> RunResult:
@@ -260,6 +247,8 @@ class Runtime:
         grace_seconds: float = DEFAULT_GRACE_SECONDS,
     ) -> Worker:
         """A worker for this runtime, not yet started (`.run()` it; `.stop()` drains it)."""
+        poll_interval = _positive("poll_interval", poll_interval)
+        grace_seconds = _policy.check_seconds("grace_seconds", grace_seconds, allow_zero=True)
         return Worker(
             self.engine,
             concurrency=concurrency,
@@ -425,15 +414,8 @@ class Runtime:
         return self.store.redrive(run_id, force)
 
     def purge(self, older_than_seconds: float) -> int:
-        if (
-            isinstance(older_than_seconds, bool)
-            or not isinstance(older_than_seconds, int | float)
-            or not (math.isfinite(older_than_seconds) and older_than_seconds >= 0)
-        ):
-            raise InvalidRequest(
-                f"older_than_seconds must be a number >= 0, got {older_than_seconds!r}"
-            )
-        return self.store.purge(float(older_than_seconds))
+        seconds = _policy.check_seconds("older_than_seconds", older_than_seconds, allow_zero=True)
+        return self.store.purge(seconds)
 
     def close(self) -> None:
         with self._lock:

@@ -151,3 +151,92 @@ def test_demo_on_a_database_it_cannot_use(cli: Cli, url: str, code: int) -> None
     result = cli("--database", url, "demo", "--runs", "5", database=False)
     assert result.code == code
     one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--prompt", "\udcff"), ("--queue", "q\udcff"), ("--idempotency-key", "\udcffk")],
+)
+def test_text_that_is_not_utf8(cli: Cli, option: str, value: str) -> None:
+    """An argument with bytes that are not UTF-8 (Python sees a lone surrogate)."""
+    args = ["--prompt", "p", option, value] if option != "--prompt" else [option, value]
+    for command in ("enqueue", "run"):
+        result = cli(command, *args, "--script", cli.script([{"say": "hi"}]))
+        assert result.code == 2
+        assert "not valid UTF-8" in one_line_error(result)
+    assert cli("runs", "--json").json() == []
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('[{"say": "\\udcff"}]', "not valid UTF-8"),
+        ('[{"say": "hi", "x": ' + "[" * 100_000 + "]" * 100_000 + "}]", "nested too deeply"),
+        (
+            '[{"call": [{"tool": "t", "args": {"x": ' + "[" * 500 + "]" * 500 + "}}]}]",
+            "nested more than 64 levels",
+        ),
+    ],
+)
+def test_script_text_or_depth_refused(cli: Cli, content: str, expected: str) -> None:
+    path = cli.cwd / "bad.json"
+    path.write_text(content)
+    for command in ("enqueue", "run"):
+        result = cli(command, "--prompt", "p", "--script", str(path))
+        assert result.code == 2
+        assert expected in one_line_error(result)
+    assert cli("runs", "--json").json() == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["events", MISSING, "--after", "99999999999999999999"],
+        ["runs", "--limit", "99999999999999999999"],
+        ["pending", "--limit", "99999999999999999999"],
+        ["reap", "--limit", "99999999999999999999"],
+        ["enqueue", "--prompt", "p", "--delay", "1e12"],
+        ["enqueue", "--prompt", "p", "--delay", "inf"],
+        ["purge", "--older-than", "400d"],
+        ["worker", "--lease-seconds", "1e300"],
+    ],
+)
+def test_numbers_beyond_what_is_stored(cli: Cli, args: list[str]) -> None:
+    result = cli(*args)
+    assert result.code == 2
+    one_line_error(result)
+    assert not (cli.cwd / "tenure.db").exists()
+
+
+@pytest.fixture
+def cli_on(tmp_path: Path, db_url: str) -> Cli:
+    """The real executable on either store."""
+    return Cli(tmp_path, db_url)
+
+
+def test_a_damaged_row_is_shown_and_every_command_goes_on(cli_on: Cli, db_url: str) -> None:
+    from tests._raw import raw_execute
+
+    far: object = 1e12 + 1.7e9 if db_url.startswith("sqlite") else "33715-01-01 00:00:00+00"
+    good = cli_on.enqueue([{"say": "hi"}])
+    bad = cli_on.enqueue([{"say": "hi"}])
+    raw_execute(db_url, "UPDATE tenure_runs SET updated_at = ? WHERE id = ?", far, bad)
+    raw_execute(
+        db_url, "UPDATE tenure_events SET payload = ? WHERE run_id = ? AND sequence = 0", "[1]", bad
+    )
+
+    for args in (["runs"], ["status", bad], ["events", bad], ["events", bad, "--json"]):
+        result = cli_on(*args)
+        assert result.code == 0, result.err
+        assert "Traceback" not in result.err
+        assert "DAMAGED" in result.out or '"damaged"' in result.out or "damaged" in result.out
+    listed = {r["id"]: r for r in cli_on("runs", "--json").json()}
+    assert set(listed) == {good, bad}
+    assert "updated_at" in listed[bad]["damaged"] and listed[good]["damaged"] is None
+    (event,) = cli_on("events", bad, "--json").json()
+    assert "payload" in event["damaged"]
+
+    result = cli_on("audit")
+    assert result.code == 1 and "Traceback" not in result.err
+    assert f"run {bad}: damaged row" in result.out
+    assert "runs 2" in result.out

@@ -219,3 +219,191 @@ def test_a_sensitive_tools_arguments_never_reach_an_error(
     shown = model.seen[1][-1]  # the model is told what failed, without its own text
     assert shown["role"] == "tool" and "invalid arguments for pay" in shown["content"]
     assert "1111" not in shown["content"] and "737" not in shown["content"]
+
+
+def _deep(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("request_kwargs", "message"),
+    [
+        ({"tools": None}, "tools"),
+        ({"tools": [1]}, "tools"),
+        ({"prompt": 5}, "prompt"),
+        ({"model": None}, "model"),
+        ({"queue": 7}, "queue"),
+        ({"idempotency_key": 7}, "idempotency_key"),
+        ({"metadata": []}, "metadata"),
+        ({"system": 3}, "system"),
+        ({"max_tokens": 2.5}, "max_tokens"),
+        ({"max_cost": "1"}, "max_cost"),
+        ({"max_iterations": True}, "max_iterations"),
+        ({"queue": "a\x00b"}, "NUL"),
+        ({"idempotency_key": "k\x00"}, "NUL"),
+        ({"prompt": "hi\x00"}, "NUL"),
+        ({"metadata": {"note": "a\x00"}}, "NUL"),
+        ({"prompt": "\udcff"}, "UTF-8"),
+        ({"queue": "q\udcff"}, "UTF-8"),
+        ({"metadata": {"x": float("nan")}}, "JSON cannot hold"),
+        ({"metadata": {"x": 2**64}}, "64 bits"),
+        ({"metadata": {"x": _deep(5000)}}, "nested more than 64 levels"),
+        ({"script": [{"say": "ok", "deep": _deep(5000)}]}, "nested more than 64 levels"),
+        ({"script": [{"say": "\udcff"}]}, "UTF-8"),
+    ],
+)
+def test_every_request_field_is_type_checked(
+    runtime: tenure.Runtime, request_kwargs: dict[str, Any], message: str
+) -> None:
+    """One rule on both stores: what one of them could not hold is refused before either
+    is asked, with a ValueError that names the field."""
+    for call in (runtime.enqueue, runtime.run):
+        with pytest.raises(tenure.InvalidRequest) as caught:
+            call(req(**request_kwargs))
+        assert message in str(caught.value)
+        assert "\n" not in str(caught.value)
+    assert runtime.runs() == []
+
+
+_NESTED = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        '{"prompt": "x", "tools": null}',
+        '{"prompt": 5}',
+        '{"prompt": "x", "metadata": []}',
+        '{"prompt": "x", "max_iterations": "3"}',
+        '{"prompt": "x", "surprise": 1}',
+        "[1, 2]",
+        "not JSON at all",
+        '{"prompt": "x", "metadata": {"a": ' + _NESTED + "}}",
+    ],
+)
+def test_a_corrupt_stored_request_fails_at_the_first_claim(
+    runtime: tenure.Runtime, db_url: str, stored: str
+) -> None:
+    """SPEC §13.6: a payload that cannot be read fails the run `not_retryable` at once
+    (whatever the exception), never leaves it running for the reaper."""
+    from tests._raw import raw_execute
+
+    run_id = runtime.enqueue(req())
+    assert raw_execute(db_url, "UPDATE tenure_runs SET request = ? WHERE id = ?", stored, run_id)
+    result = runtime.run_queued(run_id)
+    assert result is not None and result.outcome is tenure.Outcome.FAILED
+    run = runtime.status(run_id)
+    assert run is not None
+    assert run.status is tenure.RunStatus.FAILED
+    assert run.termination_reason is tenure.TerminationReason.NOT_RETRYABLE
+    assert run.error_class is tenure.FailureClass.CONFIGURATION
+    assert (run.attempt, run.requeue_count) == (0, 0)
+    assert "\n" not in run.error
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"lease_seconds": 1e300},
+        {"lease_seconds": float("inf")},
+        {"backoff_base": 400 * 86400},
+        {"backoff_cap": float("inf")},
+        {"approval_timeout": 1e12},
+        {"reap_interval": 1e12},
+    ],
+)
+def test_times_above_the_ceiling_are_refused(kwargs: dict[str, Any], tmp_path: Path) -> None:
+    with pytest.raises(tenure.InvalidRequest, match="seconds"):
+        tenure.Runtime(f"sqlite:///{tmp_path}/x.db", **kwargs)
+
+
+@pytest.mark.parametrize("delay", [1e12, 1e300, float("inf"), float("nan"), -1.0])
+def test_a_delay_beyond_the_ceiling_is_refused(runtime: tenure.Runtime, delay: float) -> None:
+    with pytest.raises(tenure.InvalidRequest, match="delay"):
+        runtime.enqueue(req(), delay=delay)
+    with pytest.raises(tenure.InvalidRequest, match="older_than_seconds"):
+        runtime.purge(delay)
+    assert runtime.runs() == []
+    # The ceiling itself is accepted, and the run reads back on both stores.
+    run_id = runtime.enqueue(req(), delay=tenure_ceiling())
+    run = runtime.status(run_id)
+    assert run is not None and run.available_at.year >= 2025
+
+
+def tenure_ceiling() -> float:
+    from tenure._policy import MAX_DELAY_SECONDS
+
+    return MAX_DELAY_SECONDS
+
+
+def test_tool_times_above_the_ceiling_are_refused(runtime: tenure.Runtime) -> None:
+    for kwargs in ({"timeout": 1e300}, {"timeout": float("nan")}, {"approval_timeout": 1e12}):
+        with pytest.raises(tenure.InvalidRequest, match="seconds"):
+
+            @runtime.tool(**kwargs)  # type: ignore[arg-type]
+            def slow() -> None: ...
+
+    assert runtime.tool_names == []
+
+
+@pytest.mark.parametrize("retry_after", [1e300, float("inf"), float("nan")])
+def test_a_servers_retry_after_is_clamped_to_the_ceiling(
+    runtime: tenure.Runtime, retry_after: float
+) -> None:
+    """A Retry-After is the server's, not the user's: it is obeyed up to the ceiling, and the
+    run stays readable in every listing on both stores."""
+    from datetime import timedelta
+
+    @runtime.tool
+    def flaky() -> None:
+        raise tenure.RetryableError("try later", retry_after=retry_after)
+
+    script = [{"call": [{"tool": "flaky", "args": {}}]}, {"say": "done"}]
+    run_id = runtime.enqueue(req(tools=["flaky"], script=script))
+    result = runtime.run_queued(run_id)
+    assert result is not None and result.outcome is tenure.Outcome.REQUEUED
+    run = runtime.status(run_id)
+    assert run is not None and run.status is tenure.RunStatus.QUEUED
+    wait = run.available_at - run.updated_at
+    assert timedelta(days=365) < wait <= timedelta(seconds=tenure_ceiling() + 60)
+    assert [r.id for r in runtime.runs()] == [run_id]
+
+
+def test_a_tool_result_json_cannot_hold_is_stored_as_text_on_both_stores(
+    runtime: tenure.Runtime,
+) -> None:
+    """NaN, infinities, integers beyond 64 bits and text that is not UTF-8 in a tool's result:
+    the run completes and the event holds their text, the same on SQLite and PostgreSQL."""
+    import json
+
+    @runtime.tool
+    def odd() -> dict[str, Any]:
+        return {
+            "nan": float("nan"),
+            "inf": [float("inf"), float("-inf")],
+            "big": 2**70,
+            "fine": 2**63 - 1,
+            "nothing": None,
+            "surrogate": "a\udcffb",
+            "nul": "a\x00b",
+        }
+
+    script = [{"call": [{"tool": "odd", "args": {}}]}, {"say": "done"}]
+    run_id = runtime.enqueue(req(tools=["odd"], script=script))
+    result = runtime.run_queued(run_id)
+    assert result is not None and result.outcome is tenure.Outcome.COMPLETED
+    (tool,) = [e for e in runtime.events(run_id) if e.kind is tenure.EventKind.TOOL]
+    assert tool.payload["result"] == {
+        "nan": "nan",
+        "inf": ["inf", "-inf"],
+        "big": str(2**70),
+        "fine": 2**63 - 1,
+        "nothing": None,
+        "surrogate": "a\\udcffb",
+        "nul": "a\x00b",
+    }
+    for event in runtime.events(run_id):
+        json.dumps(event.to_json(), allow_nan=False)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from referencing.exceptions import Unresolvable
 
 from tenure._errors import InvalidRequest
+from tenure._policy import check_seconds
 
 # Keywords whose value is short enough to quote in an error; the rest are named only.
 _QUOTED_RULES = frozenset(
@@ -69,8 +70,8 @@ def make_gate(
         raise InvalidRequest(
             f"tool {tool_name}: a tool either requires approval or asks for input, not both"
         )
-    if approval_timeout is not None and not approval_timeout > 0:
-        raise InvalidRequest(f"tool {tool_name}: approval_timeout must be positive")
+    if approval_timeout is not None:
+        approval_timeout = check_seconds(f"tool {tool_name}: approval_timeout", approval_timeout)
     model: type[BaseModel] | None = None
     schema: dict[str, Any] | None = None
     if isinstance(input_schema, type) and issubclass(input_schema, BaseModel):

@@ -27,6 +27,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from tenure._errors import InvalidRequest, UnknownTool
+from tenure._policy import check_seconds
 from tenure._types import ToolContext, ToolEffect
 from tenure.agent._human import Gate, make_gate
 from tenure.providers._base import ToolSpec
@@ -138,8 +139,7 @@ def make_tool(
     tool_name = name or getattr(fn, "__name__", "")
     if not tool_name or not tool_name.replace("_", "a").replace("-", "a").isalnum():
         raise InvalidRequest(f"invalid tool name {tool_name!r}: use letters, digits, _ and -")
-    if timeout <= 0:
-        raise InvalidRequest(f"tool {tool_name}: timeout must be positive, got {timeout}")
+    timeout = check_seconds(f"tool {tool_name}: timeout", timeout)
     try:
         effect = ToolEffect(effect)
     except ValueError:

@@ -7,17 +7,38 @@ unknown run id, a database that cannot be reached or written); never in a traceb
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Sequence
 
 from tenure import InvalidRequest, TenureError
-from tenure.cli._app import CliError, Context
+from tenure.cli._app import CliError, Context, UsageError
 from tenure.cli._commands import HANDLERS
 from tenure.cli._output import error
 from tenure.cli._parser import build
 
 __all__ = ["main"]
+
+
+# Options that name a file: any bytes the file system allows.
+_PATH_OPTIONS = frozenset({"script", "ledger", "values"})
+_SHOWN = {"tools": "--tool", "queues": "--queue", "run_id": "RUN"}
+
+
+def _check_text_arguments(args: argparse.Namespace) -> None:
+    """Every text argument is UTF-8 (an argument that is not reaches Python as a lone
+    surrogate, which no store can hold): refused here, before anything is opened."""
+    for name, value in vars(args).items():
+        if name in _PATH_OPTIONS:
+            continue
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    option = _SHOWN.get(name, "--" + name.replace("_", "-"))
+                    raise UsageError(f"{option}: not valid UTF-8 text") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     ctx = Context(args.app, args.database)
     try:
+        _check_text_arguments(args)
         code: int = args.handler(ctx, args)
     except CliError as exc:
         error(exc.message)

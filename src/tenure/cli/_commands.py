@@ -25,6 +25,7 @@ from tenure import (
     TerminationReason,
     ToolEffect,
 )
+from tenure._policy import MAX_NESTING_DEPTH
 from tenure.cli._app import CliError, Context, NotFound, UsageError
 from tenure.cli._human import HANDLERS as human_handlers
 from tenure.cli._output import (
@@ -57,6 +58,10 @@ def _read_script(path: str | None) -> list[dict[str, Any]] | None:
         script = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"--script {path}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(
+            f"--script {path}: nested too deeply (at most {MAX_NESTING_DEPTH} levels)"
+        ) from None
     try:
         parse_script(script)
     except InvalidRequest as exc:

@@ -80,8 +80,10 @@ def submit_input(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def add_parsers(command: Any) -> None:
+    from tenure.cli._parser import positive_int  # the parser module imports this one
+
     p = command("pending", "runs waiting for an approval or for input, with their calls")
-    p.add_argument("--limit", type=int, default=100, metavar="N")
+    p.add_argument("--limit", type=positive_int, default=100, metavar="N")
     p.add_argument("--json", action="store_true", help="a JSON array of run objects")
 
     p = command("approve", "approve (or --deny) the held calls of a waiting run")

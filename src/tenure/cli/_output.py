@@ -99,7 +99,7 @@ def runs_table(runs: Sequence[Run]) -> None:
                 str(r.requeue_count),
                 str(r.pending_effect or ""),
                 when(r.updated_at),
-                clip(r.error, 60),
+                clip(f"DAMAGED {r.damaged}" if r.damaged else r.error, 60),
             ]
             for r in runs
         ),
@@ -174,6 +174,8 @@ def _dead_lettered(p: dict[str, Any]) -> str:
 
 
 def summarize(event: Event) -> str:
+    if event.damaged is not None:
+        return f"DAMAGED {event.damaged}"
     p = event.payload
     kind = event.kind
     if kind is EventKind.REQUEST:

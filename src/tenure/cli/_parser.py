@@ -11,6 +11,7 @@ from typing import NoReturn
 from rich.text import Text
 
 from tenure import RunStatus, TerminationReason, __version__
+from tenure._policy import MAX_DELAY_SECONDS
 from tenure.cli._human import add_parsers as add_human_parsers
 from tenure.cli._output import err
 
@@ -36,27 +37,39 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"bad duration {text!r}: use a number and a unit s, m, h or d, e.g. 30d or 12h"
         )
-    return float(match.group(1)) * DURATION_UNITS[match.group(2)]
+    value = float(match.group(1)) * DURATION_UNITS[match.group(2)]
+    if value > MAX_DELAY_SECONDS:
+        raise argparse.ArgumentTypeError(f"duration {text!r} is longer than the ceiling, 366d")
+    return value
+
+
+# Whole numbers end up in 64-bit database columns and parameters.
+MAX_INT = 2**63 - 1
+
+
+def _whole(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= MAX_INT:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from {low} to {MAX_INT}, got {text!r}"
+        )
+    return value
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
+    return _whole(text, 1)
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
+    return _whole(text, 0)
+
+
+def sequence_int(text: str) -> int:
+    """An event sequence to read after: -1 (from the start) or more."""
+    return _whole(text, -1)
 
 
 def _number(text: str, *, allow_zero: bool) -> float:
@@ -67,6 +80,10 @@ def _number(text: str, *, allow_zero: bool) -> float:
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise argparse.ArgumentTypeError(f"expected a number of seconds {bound}, got {text!r}")
+    if value > MAX_DELAY_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_DELAY_SECONDS:.0f} seconds (366 days), got {text!r}"
+        )
     return value
 
 
@@ -179,7 +196,9 @@ def build(handlers: dict[str, Handler]) -> Parser:
 
     p = command("events", "a run's events")
     p.add_argument("run_id", metavar="RUN")
-    p.add_argument("--after", type=int, default=-1, metavar="N", help="only sequences above N")
+    p.add_argument(
+        "--after", type=sequence_int, default=-1, metavar="N", help="only sequences above N"
+    )
     p.add_argument("--follow", action="store_true", help="stream new events until it ends")
     p.add_argument(
         "--json",

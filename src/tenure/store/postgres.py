@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
+from psycopg.abc import AdaptContext
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from tenure._errors import DatabaseUnavailable, InvalidRequest, StoreError
@@ -94,6 +95,28 @@ class _CommitUnknown(Exception):
         self.result = result
 
 
+class _TimestampLoader(psycopg.adapt.Loader):
+    """psycopg's own timestamptz loader, except that a value Python cannot hold (past year
+    9999, `infinity`) comes back as its text instead of failing the whole fetch: the row
+    reader then shows that one row as damaged, and the listing goes on."""
+
+    def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
+        super().__init__(oid, context)
+        fast = psycopg.adapters.get_loader(oid, psycopg.pq.Format.TEXT)
+        assert fast is not None
+        self._fast = fast(oid, context)
+
+    def load(self, data: Any) -> Any:
+        try:
+            return self._fast.load(data)
+        except psycopg.DataError:
+            return bytes(data).decode("utf-8", "replace")
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.adapters.register_loader("timestamptz", _TimestampLoader)
+
+
 class PostgresStore(SQLStore):
     _q = Q
 
@@ -111,6 +134,7 @@ class PostgresStore(SQLStore):
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             self.conninfo,
             kwargs={"autocommit": True},
+            configure=_configure,
             min_size=pool_min_size,
             max_size=pool_max_size,
             open=False,

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tenure import RunRequest, RunStatus, TerminationReason
 from tenure._errors import InvalidRequest
+from tenure._policy import MAX_DELAY_SECONDS
 from tenure.web import _views
 from tenure.web._security import Caller
 from tenure.web._state import MAX_BULK_REDRIVE, Web, audit, web_of
@@ -101,7 +102,9 @@ class EnqueueBody(Text):
     system: str | None = Field(None, max_length=200_000)
     max_tokens: int | None = Field(None, ge=1, le=10**12)
     max_cost: float | None = Field(None, gt=0, le=10**9)
-    delay: float = Field(0.0, ge=0, le=10**8, description="seconds before it may be claimed")
+    delay: float = Field(
+        0.0, ge=0, le=MAX_DELAY_SECONDS, description="seconds before it may be claimed"
+    )
 
 
 class BulkRedriveBody(Text):
