@@ -18,24 +18,33 @@ MAX_ITERATIONS_CEILING = 20
 # timeout, a retention age) and the longest wait a server's Retry-After can impose: a year
 # and a day. Far past any real wait, and far inside what both stores can hold and read back.
 MAX_DELAY_SECONDS = 366 * 86400.0
+# An age looks back from now (purge): a century stays well inside every store's timestamps.
+MAX_AGE_SECONDS = 100 * 366 * 86400.0
 # The deepest nesting of lists and objects accepted in a request's metadata or script.
 MAX_NESTING_DEPTH = 64
 
 
-def check_seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
+def check_seconds(
+    name: str, value: object, *, allow_zero: bool = False, ceiling: float | None = None
+) -> float:
     """A time a user gave, in seconds: a finite number, positive (or zero when
-    `allow_zero`), at most `MAX_DELAY_SECONDS`; anything else raises InvalidRequest."""
+    `allow_zero`), at most `ceiling` (`MAX_DELAY_SECONDS`); else InvalidRequest."""
+    ceiling = MAX_DELAY_SECONDS if ceiling is None else ceiling
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidRequest(f"{name} must be a number of seconds, got {value!r}")
     low_ok = value >= 0 if allow_zero else value > 0
     if not (math.isfinite(value) and low_ok):
         bound = ">= 0" if allow_zero else "> 0"
         raise InvalidRequest(f"{name} must be a number of seconds {bound}, got {value!r}")
-    if value > MAX_DELAY_SECONDS:
+    if value > ceiling:
         raise InvalidRequest(
-            f"{name} must be at most {MAX_DELAY_SECONDS:.0f} seconds (366 days), got {value!r}"
+            f"{name} must be at most {ceiling:.0f} seconds ({_days(ceiling)}), got {value!r}"
         )
     return float(value)
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / 86400:.0f} days"
 
 
 @dataclass(frozen=True)

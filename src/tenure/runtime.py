@@ -414,7 +414,12 @@ class Runtime:
         return self.store.redrive(run_id, force)
 
     def purge(self, older_than_seconds: float) -> int:
-        seconds = _policy.check_seconds("older_than_seconds", older_than_seconds, allow_zero=True)
+        seconds = _policy.check_seconds(
+            "older_than_seconds",
+            older_than_seconds,
+            allow_zero=True,
+            ceiling=_policy.MAX_AGE_SECONDS,
+        )
         return self.store.purge(seconds)
 
     def close(self) -> None:

@@ -197,7 +197,7 @@ def test_script_text_or_depth_refused(cli: Cli, content: str, expected: str) -> 
         ["reap", "--limit", "99999999999999999999"],
         ["enqueue", "--prompt", "p", "--delay", "1e12"],
         ["enqueue", "--prompt", "p", "--delay", "inf"],
-        ["purge", "--older-than", "400d"],
+        ["purge", "--older-than", "40000d"],
         ["worker", "--lease-seconds", "1e300"],
     ],
 )

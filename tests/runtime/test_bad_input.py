@@ -304,6 +304,13 @@ def test_a_corrupt_stored_request_fails_at_the_first_claim(
     assert "\n" not in run.error
 
 
+def test_retention_may_look_back_further_than_the_delay_ceiling(runtime: tenure.Runtime) -> None:
+    """A purge age looks into the past: five years of retention is a fair policy."""
+    assert runtime.purge(5 * 365 * 86400.0) == 0
+    with pytest.raises(tenure.InvalidRequest, match="older_than_seconds"):
+        runtime.purge(1e12)
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

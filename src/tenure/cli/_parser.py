@@ -11,7 +11,7 @@ from typing import NoReturn
 from rich.text import Text
 
 from tenure import RunStatus, TerminationReason, __version__
-from tenure._policy import MAX_DELAY_SECONDS
+from tenure._policy import MAX_AGE_SECONDS, MAX_DELAY_SECONDS
 from tenure.cli._human import add_parsers as add_human_parsers
 from tenure.cli._output import err
 
@@ -38,8 +38,8 @@ def duration(text: str) -> float:
             f"bad duration {text!r}: use a number and a unit s, m, h or d, e.g. 30d or 12h"
         )
     value = float(match.group(1)) * DURATION_UNITS[match.group(2)]
-    if value > MAX_DELAY_SECONDS:
-        raise argparse.ArgumentTypeError(f"duration {text!r} is longer than the ceiling, 366d")
+    if value > MAX_AGE_SECONDS:
+        raise argparse.ArgumentTypeError(f"duration {text!r} is longer than the ceiling, 36600d")
     return value
 
 
