@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from tenure import _policy, _requests
-from tenure._classify import classify, describe, retry_after
+from tenure import _policy, _recovery, _requests
+from tenure._classify import describe
 from tenure._errors import LeaseLost, ProviderError, RunCancelled, UnknownModel
 from tenure._types import (
     Event,
@@ -56,6 +55,17 @@ class Engine:
     settings: Settings
 
 
+@dataclass(frozen=True)
+class Ending:
+    """A segment's normal end, returned for its caller to commit."""
+
+    settlement: Settlement
+
+
+def outcome_of(settlement: Settlement) -> Outcome:
+    return Outcome.COMPLETED if settlement.status is RunStatus.COMPLETED else Outcome.FAILED
+
+
 class UnrecordedWrite(ProviderError):
     """A write ran but its event could not be stored: never reported as success."""
 
@@ -75,11 +85,7 @@ class Segment:
     request: RunRequest | None = None
     collect_steps: bool = True
     decision: str | None = None  # raw JSON of a person's decision this segment continues
-    # Where the loop's normal end goes instead of being settled here (when it accepts it):
-    # a worker commits the ends of several runs, and its next claim, in one transaction.
-    # `deferred` holds the accepted end.
-    defer: Callable[[Segment, Settlement], bool] | None = None
-    deferred: Settlement | None = None
+    _defer_end: bool = False  # return the normal end instead of settling it here
     _fence: ToolEffect | None = None
     _written: list[int] = field(default_factory=list)
     _usage: Usage = field(default_factory=Usage)
@@ -95,6 +101,18 @@ class Segment:
     # -- the ladder ----------------------------------------------------------------------
 
     def execute(self) -> RunResult:
+        """Execute the segment; its ending is settled here."""
+        result = self._execute(defer_end=False)
+        assert isinstance(result, RunResult)
+        return result
+
+    def execute_until_end(self) -> RunResult | Ending:
+        """Execute the segment; a normal end is returned, not settled, for the caller to
+        commit (a worker's completer commits several with its next claim)."""
+        return self._execute(defer_end=True)
+
+    def _execute(self, defer_end: bool) -> RunResult | Ending:
+        self._defer_end = defer_end
         try:
             request = self.request or _requests.from_json(self.raw_request)
         except Exception as exc:
@@ -130,7 +148,7 @@ class Segment:
         error = ProviderError(FailureClass.CONFIGURATION, f"{why} {', '.join(missing)}")
         return self._result(Outcome.REQUEUED, error=error)
 
-    def _loop(self, request: RunRequest) -> RunResult:
+    def _loop(self, request: RunRequest) -> RunResult | Ending:
         # The first segment of a run has no steps to resume: skip reading its journal.
         first = self.lease.attempt == 0
         journal = Journal.rebuild(request, [] if first else self.store.events(self.run_id))
@@ -346,44 +364,36 @@ class Segment:
 
     # -- endings -------------------------------------------------------------------------
 
-    def _complete(self, reply: ModelReply, llm: NewEvent) -> RunResult:
+    def _complete(self, reply: ModelReply, llm: NewEvent) -> RunResult | Ending:
         text = reply.text or ""
         assembled = NewEvent(EventKind.ASSEMBLED, {"output": text})
-        self._end(
-            Settlement(
-                RunStatus.COMPLETED,
-                TerminationReason.COMPLETED,
-                output=text,
-                events=(llm, assembled),
-                usage=reply.usage,
-            )
+        settlement = Settlement(
+            RunStatus.COMPLETED,
+            TerminationReason.COMPLETED,
+            output=text,
+            events=(llm, assembled),
+            usage=reply.usage,
         )
         self._usage += reply.usage
-        return self._result(Outcome.COMPLETED, output=text)
+        return self._end(settlement, output=text)
 
-    def _finish(self, reason: TerminationReason) -> RunResult:
-        self._end(Settlement(RunStatus.FAILED, reason, error=f"run ended: {reason}"))
-        return self._result(Outcome.FAILED)
+    def _finish(self, reason: TerminationReason) -> RunResult | Ending:
+        return self._end(Settlement(RunStatus.FAILED, reason, error=f"run ended: {reason}"))
 
-    def _end(self, settlement: Settlement) -> None:
-        """The loop's normal end: settled now, or handed to `defer` to be committed later.
+    def _end(self, settlement: Settlement, output: str | None = None) -> RunResult | Ending:
+        """The loop's normal end: settled here, or returned for the caller to commit (a
+        worker commits the ends of several runs, and its next claim, in one transaction)."""
+        if self._defer_end:
+            return Ending(settlement)
+        self.settle(settlement)
+        return self._result(outcome_of(settlement), output=output)
 
-        Deferring is safe because nothing of the run happens after its settle: until that
-        commits, the run stays ours under its lease, and if the worker dies first the
-        reaper requeues it exactly as if it had died one instruction earlier."""
-        if self.defer is not None:
-            self.deferred = settlement
-            if self.defer(self, settlement):
-                return
-            self.deferred = None  # refused (the worker has stopped): settled here
-        self._settle(settlement)
-
-    def settled(self, sequences: list[int] | None) -> Outcome:
-        """The outcome of a deferred settle, given what it returned."""
-        assert self.deferred is not None
+    def settled(self, settlement: Settlement, sequences: list[int] | None) -> Outcome:
+        """The outcome of an ending committed by someone else, given what its settle
+        returned (None: the guard matched nothing)."""
         if sequences is not None:
             self._written.extend(sequences)
-            return _outcome_of(self.deferred)
+            return outcome_of(settlement)
         try:
             self._lost()
         except RunCancelled:
@@ -391,86 +401,40 @@ class Segment:
         except Exception:  # LeaseLost, or the status read failed: the settle did not apply
             return Outcome.LEASE_LOST
 
-    def settle_deferred(self) -> Outcome:
-        """Settle the deferred end on its own (its batch could not be committed), with this
+    def settle_alone(self, settlement: Settlement) -> Outcome:
+        """Settle an ending on its own (its batch could not be committed), with this
         segment's own failure recovery if that fails too."""
-        assert self.deferred is not None
-        self.defer = None
         try:
-            self._settle(self.deferred)
+            self.settle(settlement)
         except LeaseLost:
             return Outcome.LEASE_LOST
         except RunCancelled:
             return Outcome.CANCELLED
         except Exception as exc:
             return self._recover(exc).outcome
-        return _outcome_of(self.deferred)
+        return outcome_of(settlement)
 
-    def _settle(self, settlement: Settlement) -> None:
+    def settle(self, settlement: Settlement) -> None:
+        """A terminal state under this segment's lease; LeaseLost or RunCancelled if the
+        row is no longer ours."""
         sequences = self.store.settle(self.lease, settlement)
         if sequences is None:
             self._lost()
         self._written.extend(sequences)
 
+    def requeue(self, delay: float, failure_class: FailureClass, message: str) -> None:
+        """Back to the queue after `delay`, charged to the budget; raises if not ours."""
+        if not self.store.requeue(self.lease, delay, failure_class, message):
+            self._lost()
+
+    @property
+    def fence(self) -> ToolEffect | None:
+        """The effect of the write this segment has in flight (its fence stands)."""
+        return self._fence
+
     def _recover(self, exc: Exception) -> RunResult:
-        failure_class = classify(exc)
-        message = describe(exc)
-        try:
-            if self.interactive:
-                self._settle(
-                    Settlement(
-                        RunStatus.FAILED,
-                        TerminationReason.PROVIDER_FAILED,
-                        error_class=failure_class,
-                        error=message,
-                    )
-                )
-                return self._result(Outcome.FAILED, error=exc)
-            return self._recover_queued(exc, failure_class, message)
-        except LeaseLost:
-            return self._result(Outcome.LEASE_LOST, error=exc)
-        except RunCancelled:
-            return self._result(Outcome.CANCELLED, error=exc)
-        except Exception as inner:
-            log.error("run %s: failure recovery failed (%s); dead-lettering", self.run_id, inner)
-            return self._dead_letter_after(exc, inner)
-
-    def _recover_queued(
-        self, exc: Exception, failure_class: FailureClass, message: str
-    ) -> RunResult:
-        settings = self.engine.settings
-        verdict = _policy.recovery(
-            failure_class, self._fence, self.requeue_count, settings.max_requeues
-        )
-        if verdict is None:
-            delay = _policy.backoff(
-                self.requeue_count,
-                base=settings.backoff_base,
-                cap=settings.backoff_cap,
-                retry_after=retry_after(exc),
-            )
-            if not self.store.requeue(self.lease, delay, failure_class, message):
-                self._lost()
-            log.info("run %s: requeued after %s, retry in %.1fs", self.run_id, message, delay)
-            return self._result(Outcome.REQUEUED, error=exc)
-        self._settle(_dead_letter(verdict, failure_class, message, "failure"))
-        log.warning("run %s: dead-lettered (%s): %s", self.run_id, verdict.reason, message)
-        return self._result(Outcome.FAILED, error=exc)
-
-    def _dead_letter_after(self, exc: Exception, inner: Exception) -> RunResult:
-        verdict = _policy.DeadLetter(
-            TerminationReason.NOT_RETRYABLE, f"failure recovery failed: {describe(inner)}"
-        )
-        try:
-            won = self.store.settle(
-                self.lease, _dead_letter(verdict, FailureClass.UNKNOWN, describe(exc), "failure")
-            )
-        except Exception as last:
-            # The database is out of reach: the lease will expire and the reaper decides.
-            log.error("run %s: cannot dead-letter either (%s)", self.run_id, last)
-            return self._result(Outcome.FAILED, error=exc)
-        lost = won is None
-        return self._result(Outcome.LEASE_LOST if lost else Outcome.FAILED, error=exc)
+        outcome = _recovery.recover(self, exc)
+        return self._result(outcome, error=exc)
 
     def _result(
         self, outcome: Outcome, output: str | None = None, error: BaseException | None = None
@@ -480,32 +444,6 @@ class Segment:
             mine = set(self._written)
             steps = [e for e in self.store.events(self.run_id, min(mine) - 1) if e.sequence in mine]
         return RunResult(outcome, self.run_id, output, steps, error, self._usage)
-
-
-def _dead_letter(
-    verdict: _policy.DeadLetter, failure_class: FailureClass, message: str, cause: str
-) -> Settlement:
-    event = NewEvent(
-        EventKind.DEAD_LETTERED,
-        {
-            "reason": str(verdict.reason),
-            "cause": cause,
-            "error_class": str(failure_class),
-            "error": message,
-            "why": verdict.why,
-        },
-    )
-    return Settlement(
-        RunStatus.FAILED,
-        verdict.reason,
-        error_class=failure_class,
-        error=message,
-        events=(event,),
-    )
-
-
-def _outcome_of(settlement: Settlement) -> Outcome:
-    return Outcome.COMPLETED if settlement.status is RunStatus.COMPLETED else Outcome.FAILED
 
 
 def _llm_payload(reply: ModelReply) -> dict[str, Any]:

@@ -1,16 +1,14 @@
 """The worker loop: claim into free slots, execute segments on threads, reap periodically,
 drain on SIGTERM/SIGINT.
 
-Group commit: when a segment reaches its normal end it hands the settle to the worker and
-its slot takes the next buffered run. The slot that finds the buffer empty commits the ends
-of every run finished meanwhile, each under its own guard, and the claim that refills the
-freed room, in one transaction (`Store.settle_and_claim`), on its own thread: no hand-off
-to another thread, whose every wait for the GIL would stretch the commit. The loop of `run`
-commits an end that waited `MAX_END_DELAY` (its slot went on to a long run) and claims when
-the buffer is empty and no slot did (runs that arrive while every slot waits). Busy workers
-so pay one commit for several runs. Nothing of a run happens after its settle, so deferring
-the commit changes no guarantee: until it commits the run is still ours under its lease,
-and a worker that dies first leaves it to the reaper.
+Group commit: when a segment reaches its normal end it returns its ending, which the slot
+hands to the completer (`_completer.py`), and takes the next buffered run. The slot that
+finds the buffer empty has the completer commit the ends of every run finished meanwhile,
+each under its own guard, and the claim that refills the freed room, in one transaction,
+on its own thread: no hand-off to another thread, whose every wait for the GIL would stretch
+the commit. The loop of `run` commits an end that waited `MAX_END_DELAY` (its slot went on
+to a long run) and claims when the buffer is empty and no slot did (runs that arrive while
+every slot waits). Busy workers so pay one commit for several runs.
 
 Claims are batched too: one claim fills every free slot and, while recent runs have been
 short, a small buffer (up to `prefetch` more runs); the next claim waits until that buffer
@@ -39,11 +37,13 @@ from types import FrameType
 
 from tenure import _policy
 from tenure._classify import describe
+from tenure._completer import MAX_END_DELAY, Completer, claim_room
 from tenure._errors import DatabaseGone, StoreError
-from tenure._ladder import Engine, Segment, _dead_letter
+from tenure._ladder import Ending, Engine, Segment
 from tenure._reaper import Reaper
+from tenure._recovery import dead_letter
 from tenure._types import FailureClass, Outcome, ToolEffect
-from tenure.store._base import Claimed, Settlement
+from tenure.store._base import Claimed
 
 log = logging.getLogger("tenure.worker")
 
@@ -59,22 +59,11 @@ SEGMENT_EWMA_WEIGHT = 0.2
 MAX_BUFFER_WAIT_OF_LEASE = 0.25
 # How often a drain tries release, then a fenced dead-letter, while its segment still runs.
 HAND_BACK_ATTEMPTS = 3
-# An ended run's settle waits at most about this long for a commit: a slot that goes on to
-# a buffered run commits its ended runs when the buffer runs dry, and this is the backstop
-# for a slot that took a long run meanwhile.
-MAX_END_DELAY = 0.02
 _worker_numbers = itertools.count(1)
 
 
 def worker_identity() -> str:
     return f"worker:{socket.gethostname()}:{os.getpid()}:{next(_worker_numbers)}"
-
-
-@dataclass(frozen=True)
-class _Cycle:
-    settled: int
-    claimed: int
-    tried_claim: bool
 
 
 @dataclass
@@ -116,13 +105,17 @@ class Worker:
         self._buffered = 0
         self._segment_seconds: float | None = None  # EWMA; None until a segment ended
         self._active: dict[str, Segment] = {}
-        self._held: set[str] = set()  # runs claimed and not yet given up (buffered or running)
-        self._unsure = False  # a commit failed: its claims may have applied all the same
-        self._ended: list[Segment] = []  # segments whose deferred settle awaits its commit
-        self._ended_since = 0.0  # when the oldest of them ended
-        self._committing = threading.Lock()  # held by the one thread committing for all
-        self._closed = False  # set when the drain is over
         self._lock = threading.Lock()
+        self._completer = Completer(
+            engine.store,
+            self.identity,
+            self.queues,
+            engine.settings.lease_seconds,
+            on_outcome=self._count,
+            on_commit=self._committed,
+            on_gone=self._database_gone,
+            retry_pause=poll_interval,
+        )
         self._inflight = 0
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -173,13 +166,12 @@ class Worker:
 
     def _claim_loop(self) -> None:
         while not self._stopping.is_set():
-            cycle = self._cycle(overdue_only=True)
+            cycle = self._completer.cycle(self._room, overdue_only=True)
             if cycle is not None and (cycle.claimed or cycle.settled):
                 continue
             if cycle is not None and cycle.tried_claim and self.burst and self.inflight == 0:
                 return
-            with self._lock:
-                waiting = bool(self._ended) or self._inflight > 0
+            waiting = self._completer.waiting or self.inflight > 0
             # While runs are in flight, look again soon: an ended run whose slot went on to
             # a long run is committed from here once it is overdue.
             self._wake.wait(
@@ -187,118 +179,34 @@ class Worker:
             )
             self._wake.clear()
 
-    def _defer(self, segment: Segment, settlement: Settlement) -> bool:
-        """A slot's segment ended: its settle waits for the next commit of this worker.
-        Refused once the worker has stopped: nothing would commit it."""
+    def _room(self, ending: int) -> int:
+        """How many runs the commit about to happen may claim (none once stopping)."""
+        if self._stopping.is_set():
+            return 0
         with self._lock:
-            if self._closed:
-                return False
-            self._active.pop(segment.run_id, None)
-            if not self._ended:
-                self._ended_since = time.monotonic()
-            self._ended.append(segment)
-        return True
-
-    def _take_ended(self) -> list[Segment]:
-        with self._lock:
-            ended, self._ended = self._ended, []
-        return ended
-
-    def _cycle(self, *, overdue_only: bool = False, claim: bool = True) -> _Cycle | None:
-        """Commit the ended runs and, when the buffer is empty, claim into the free room, in
-        one transaction. Whichever thread finds work does it (a slot whose buffer ran dry,
-        or the loop of `run`); None when another thread is committing right now (what ends
-        meanwhile goes with the next commit, or the loop's once overdue). With
-        `overdue_only`, ended runs are committed only once they waited `MAX_END_DELAY`."""
-        if not self._committing.acquire(blocking=False):
-            return None
-        try:
-            with self._lock:
-                overdue = time.monotonic() - self._ended_since >= MAX_END_DELAY
-                if overdue_only and not overdue:
-                    ended: list[Segment] = []
-                else:
-                    ended, self._ended = self._ended, []
-                room = self.concurrency + self._prefetch_now() - self._inflight + len(ended)
-                empty = self._buffered == 0
-            if self._unsure:
-                self._hand_back_orphans()
-            claiming = claim and not self._stopping.is_set() and room > 0 and empty
-            limit = room if claiming else 0
-            claimed = self._commit(ended, limit) if ended or limit else []
-            return _Cycle(len(ended), len(claimed), claiming)
-        finally:
-            self._committing.release()
-
-    def _commit(self, ended: list[Segment], limit: int) -> list[Claimed]:
-        """Settle the runs of `ended` and claim up to `limit` more, in one transaction."""
-        store = self.engine.store
-        settles = [(segment.lease, _deferred(segment)) for segment in ended]
-        try:
-            results, claimed = store.settle_and_claim(
-                settles,
-                self.identity,
-                self.queues,
-                self.engine.settings.lease_seconds,
-                limit,
+            return claim_room(
+                concurrency=self.concurrency,
+                prefetch=self._prefetch_now(),
+                inflight=self._inflight,
+                ending=ending,
+                buffered=self._buffered,
             )
-        except DatabaseGone as exc:
-            # Every later write would fail alike: stop claiming; `run` raises it at the end.
-            self._gone = exc
-            self.stop(immediately=True)
-            return []
-        except Exception as exc:
-            # A lost COMMIT may have applied: its claims would be held under our name with
-            # no slot to run them. They are looked for (now, or at a later cycle while the
-            # database is out of reach) and handed back untouched.
-            self._unsure = True
-            if not ended:
-                log.warning("%s: claim failed (%s); retrying", self.identity, describe(exc))
-                self._hand_back_orphans()
-                time.sleep(self.poll_interval)
-                return []
-            # Nothing applied. Each run is settled on its own, with its own recovery.
-            log.warning(
-                "%s: settling %d runs together failed (%s); settling them one by one",
-                self.identity,
-                len(ended),
-                describe(exc),
-            )
-            outcomes = [segment.settle_deferred() for segment in ended]
-            claimed = []
-            self._hand_back_orphans()
-        else:
-            outcomes = [segment.settled(r) for segment, r in zip(ended, results, strict=True)]
-        for segment, outcome in zip(ended, outcomes, strict=True):
-            self._count(segment, outcome)
+
+    def _committed(self, claimed: list[Claimed], ended: int) -> None:
+        """A commit applied: `ended` runs left their slots, `claimed` runs wait in the
+        buffer for a slot."""
         now = time.monotonic()
         with self._lock:
-            self._inflight += len(claimed) - len(ended)
+            self._inflight += len(claimed) - ended
             self._buffered += len(claimed)
-            self._held.difference_update(segment.run_id for segment in ended)
-            self._held.update(item.lease.run_id for item in claimed)
         self.stats.claimed += len(claimed)
         for item in claimed:
             self._jobs.put((item, now))
-        return claimed
 
-    def _hand_back_orphans(self) -> None:
-        """Runs the database says we hold but no slot knows of (claimed by a commit whose
-        outcome we never learnt) go back to the queue untouched, instead of waiting for
-        their lease to expire and being charged a requeue. Called with `_committing` held,
-        so no claim of ours is in flight; every hand-back is guarded by its lease."""
-        store = self.engine.store
-        try:
-            held = store.held_by(self.identity)
-            with self._lock:
-                orphans = [lease for lease in held if lease.run_id not in self._held]
-            for lease in orphans:
-                if store.hand_back(lease, "its claim's commit was lost"):
-                    log.warning("run %s: claimed by a lost commit; handed back", lease.run_id)
-        except Exception as exc:  # still out of reach: the next cycle looks again
-            log.warning("%s: cannot check its claims yet (%s)", self.identity, describe(exc))
-            return
-        self._unsure = False
+    def _database_gone(self, exc: DatabaseGone) -> None:
+        # Every later write would fail alike: stop claiming; `run` raises it at the end.
+        self._gone = exc
+        self.stop(immediately=True)
 
     def _count(self, segment: Segment, outcome: Outcome) -> None:
         self.stats.count(outcome)
@@ -331,7 +239,7 @@ class Worker:
             return self._jobs.get_nowait()
         except queue.Empty:
             pass
-        self._cycle()
+        self._completer.cycle(self._room)
         return self._jobs.get()
 
     def _take(self) -> Claimed | None:
@@ -359,39 +267,47 @@ class Worker:
         finally:
             with self._lock:
                 self._inflight -= 1
-                self._held.discard(item.lease.run_id)
+            self._completer.forget(item.lease.run_id)
             self._wake.set()
 
     def _slot(self) -> None:
         while (item := self._take()) is not None:
-            segment: Segment | None = None
-            try:
-                segment = Segment(
-                    self.engine,
-                    item.lease,
-                    item.request,
-                    item.requeue_count,
-                    collect_steps=False,
-                    decision=item.decision,
-                    defer=self._defer,
-                )
+            if not self._execute(item):
+                # The run left the slot here (not at a commit): the slot is free again.
                 with self._lock:
-                    self._active[item.lease.run_id] = segment
-                started = time.monotonic()
-                result = segment.execute()
-                self._timed(time.monotonic() - started)
-                if segment.deferred is None:
-                    self._count(segment, result.outcome)
-            except Exception:  # a bug must not kill the slot; the lease will expire
-                log.exception("run %s: segment crashed", item.lease.run_id)
-            finally:
-                if segment is None or segment.deferred is None:
-                    # A deferred end leaves the slot now and the run at its commit.
-                    with self._lock:
-                        self._active.pop(item.lease.run_id, None)
-                        self._held.discard(item.lease.run_id)
-                        self._inflight -= 1
-                self._wake.set()
+                    self._active.pop(item.lease.run_id, None)
+                    self._inflight -= 1
+                self._completer.forget(item.lease.run_id)
+            self._wake.set()
+
+    def _execute(self, item: Claimed) -> bool:
+        """Run one segment; True when its ending went to the completer to be committed."""
+        segment = Segment(
+            self.engine,
+            item.lease,
+            item.request,
+            item.requeue_count,
+            collect_steps=False,
+            decision=item.decision,
+        )
+        with self._lock:
+            self._active[item.lease.run_id] = segment
+        try:
+            started = time.monotonic()
+            result = segment.execute_until_end()
+            self._timed(time.monotonic() - started)
+            if not isinstance(result, Ending):
+                self._count(segment, result.outcome)
+                return False
+            with self._lock:
+                self._active.pop(segment.run_id, None)
+            if self._completer.submit(segment, result.settlement):
+                return True
+            # The worker has stopped: nothing would commit it, so it is settled here.
+            self._count(segment, segment.settle_alone(result.settlement))
+        except Exception:  # a bug must not kill the slot; the lease will expire
+            log.exception("run %s: segment crashed", item.lease.run_id)
+        return False
 
     def _reap_loop(self) -> None:
         while not self._stopping.wait(self.reap_interval):
@@ -420,7 +336,7 @@ class Worker:
                 self._release_unstarted(entry[0], "the worker is stopping")
         deadline = time.monotonic() + self.grace_seconds
         while True:
-            self._commit_ended()
+            self._completer.flush()
             remaining = deadline - time.monotonic()
             if not self.inflight or self._grace_over.is_set() or remaining <= 0:
                 break
@@ -430,15 +346,8 @@ class Worker:
             leftover = list(self._active.values())
         for segment in leftover:
             self._hand_back(segment)
-        with self._lock:
-            self._closed = True  # a segment still running from here on settles itself
-        self._commit_ended()  # runs that ended while the others were handed back
-
-    def _commit_ended(self) -> None:
-        """Commit every ended run now (waiting for a commit in progress), claiming nothing."""
-        with self._committing:
-            if ended := self._take_ended():
-                self._commit(ended, 0)
+        self._completer.close()  # a segment still running from here on settles itself
+        self._completer.flush()  # runs that ended while the others were handed back
 
     def _hand_back(self, segment: Segment) -> None:
         # `release` refuses a run whose non-idempotent fence stands (in the same UPDATE, so a
@@ -451,7 +360,7 @@ class Worker:
         verdict = _policy.drain(ToolEffect.NON_IDEMPOTENT_WRITE)
         assert verdict is not None
         settlement = dataclasses.replace(
-            _dead_letter(verdict, FailureClass.UNKNOWN, verdict.why, "drain"),
+            dead_letter(verdict, FailureClass.UNKNOWN, verdict.why, "drain"),
             only_while_fenced=ToolEffect.NON_IDEMPOTENT_WRITE,
         )
         for _ in range(HAND_BACK_ATTEMPTS):
@@ -485,8 +394,3 @@ class Worker:
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
-
-
-def _deferred(segment: Segment) -> Settlement:
-    assert segment.deferred is not None, "only a segment that deferred its end is committed"
-    return segment.deferred

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tenure import _policy
-from tenure._ladder import _dead_letter
+from tenure._recovery import dead_letter as _dead_letter
 from tenure._reaper import Reaper
 from tenure._types import (
     EventKind,

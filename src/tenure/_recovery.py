@@ -1,0 +1,108 @@
+"""Failure recovery (SPEC §6.7): what a segment does when its loop raised.
+
+The decision is `_policy.recovery` (pure); this module carries it out with the segment's
+guarded writes. Each write is ownership-guarded: one that does not win raises (`LeaseLost`,
+`RunCancelled`) and the segment touches nothing more. A failure inside recovery itself
+dead-letters the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from tenure import _policy
+from tenure._classify import classify, describe, retry_after
+from tenure._errors import LeaseLost, RunCancelled
+from tenure._types import EventKind, FailureClass, Outcome, RunStatus, TerminationReason
+from tenure.store._base import NewEvent, Settlement
+
+if TYPE_CHECKING:
+    from tenure._ladder import Segment
+
+log = logging.getLogger("tenure")
+
+
+def recover(segment: Segment, exc: Exception) -> Outcome:
+    """Interactive runs settle `failed` (`provider_failed`) and surface the error; queued
+    runs are requeued with backoff or dead-lettered, in SPEC §6.7's order."""
+    failure_class = classify(exc)
+    message = describe(exc)
+    try:
+        if segment.interactive:
+            segment.settle(
+                Settlement(
+                    RunStatus.FAILED,
+                    TerminationReason.PROVIDER_FAILED,
+                    error_class=failure_class,
+                    error=message,
+                )
+            )
+            return Outcome.FAILED
+        return _recover_queued(segment, exc, failure_class, message)
+    except LeaseLost:
+        return Outcome.LEASE_LOST
+    except RunCancelled:
+        return Outcome.CANCELLED
+    except Exception as inner:
+        log.error("run %s: failure recovery failed (%s); dead-lettering", segment.run_id, inner)
+        return _dead_letter_after(segment, exc, inner)
+
+
+def _recover_queued(
+    segment: Segment, exc: Exception, failure_class: FailureClass, message: str
+) -> Outcome:
+    settings = segment.engine.settings
+    verdict = _policy.recovery(
+        failure_class, segment.fence, segment.requeue_count, settings.max_requeues
+    )
+    if verdict is None:
+        delay = _policy.backoff(
+            segment.requeue_count,
+            base=settings.backoff_base,
+            cap=settings.backoff_cap,
+            retry_after=retry_after(exc),
+        )
+        segment.requeue(delay, failure_class, message)
+        log.info("run %s: requeued after %s, retry in %.1fs", segment.run_id, message, delay)
+        return Outcome.REQUEUED
+    segment.settle(dead_letter(verdict, failure_class, message, "failure"))
+    log.warning("run %s: dead-lettered (%s): %s", segment.run_id, verdict.reason, message)
+    return Outcome.FAILED
+
+
+def _dead_letter_after(segment: Segment, exc: Exception, inner: Exception) -> Outcome:
+    verdict = _policy.DeadLetter(
+        TerminationReason.NOT_RETRYABLE, f"failure recovery failed: {describe(inner)}"
+    )
+    settlement = dead_letter(verdict, FailureClass.UNKNOWN, describe(exc), "failure")
+    try:
+        won = segment.store.settle(segment.lease, settlement)
+    except Exception as last:
+        # The database is out of reach: the lease will expire and the reaper decides.
+        log.error("run %s: cannot dead-letter either (%s)", segment.run_id, last)
+        return Outcome.FAILED
+    return Outcome.LEASE_LOST if won is None else Outcome.FAILED
+
+
+def dead_letter(
+    verdict: _policy.DeadLetter, failure_class: FailureClass, message: str, cause: str
+) -> Settlement:
+    """The settlement of a dead-letter: why, by which failure, and its event."""
+    event = NewEvent(
+        EventKind.DEAD_LETTERED,
+        {
+            "reason": str(verdict.reason),
+            "cause": cause,
+            "error_class": str(failure_class),
+            "error": message,
+            "why": verdict.why,
+        },
+    )
+    return Settlement(
+        RunStatus.FAILED,
+        verdict.reason,
+        error_class=failure_class,
+        error=message,
+        events=(event,),
+    )
