@@ -29,6 +29,7 @@ from tenure._types import (
     ToolEffect,
     Usage,
 )
+from tenure.agent import _human
 from tenure.agent._journal import Journal, PendingCall, idempotency_key
 from tenure.agent._tools import InvalidArguments, Tool, Toolbox
 from tenure.providers._base import ModelCall, ModelReply, Provider
@@ -158,7 +159,7 @@ class Segment:
         while True:
             held = self._hold(request, journal)
             if held is not None:
-                return self._suspend(request, *held)
+                return self._suspend(request, held)
             for pending in list(journal.pending):
                 self._tool_step(request, journal, pending)
             if journal.answers >= request.max_iterations:
@@ -202,21 +203,22 @@ class Segment:
 
     def _tool_step(self, request: RunRequest, journal: Journal, pending: PendingCall) -> None:
         call = pending.call
-        tool = self.engine.tools.get(call.name) if call.name in request.tools else None
+        tool = self._tool_of(request, call.name)
         effect = tool.effect if tool else ToolEffect.NON_IDEMPOTENT_WRITE
         key = idempotency_key(self.run_id, pending.llm_sequence, pending.index)
         started = time.monotonic()
         result: Any = None
         error: str | None = None
         ran = False
-        refusal = self._refusal(journal, pending, tool)
+        approve_writes = self.engine.settings.approve_writes
+        refusal = _human.refusal(journal, pending, tool, approve_writes)
         if tool is None:
             error = f"tool {call.name!r} is not available to this run"
         elif refusal is not None:
             error = refusal
         else:
             try:
-                values = tool.validate(self._with_input(pending, tool))
+                values = tool.validate(_human.with_input(pending, tool, self.decision))
             except InvalidArguments as exc:
                 error = str(exc)
             else:
@@ -268,69 +270,19 @@ class Segment:
 
     # -- a person in the loop ------------------------------------------------------------
 
-    def _needs_approval(self, tool: Tool | None) -> bool:
-        if tool is None:
-            return False
-        return tool.gate.requires_approval or (
-            self.engine.settings.approve_writes and tool.effect.is_write
-        )
+    def _tool_of(self, request: RunRequest, name: str) -> Tool | None:
+        """The tool a call names, if the run may use it and this process has it."""
+        return self.engine.tools.get(name) if name in request.tools else None
 
-    def _decided_values(self, turn: int) -> dict[str, Any] | None:
-        decision = json.loads(self.decision) if self.decision else None
-        if isinstance(decision, dict) and decision.get("turn") == turn:
-            values = decision.get("values")
-            return values if isinstance(values, dict) else None
-        return None
+    def _hold(self, request: RunRequest, journal: Journal) -> _human.Hold | None:
+        tools = [self._tool_of(request, p.call.name) for p in journal.pending]
+        approve_writes = self.engine.settings.approve_writes
+        return _human.hold(journal, tools, self.decision, approve_writes=approve_writes)
 
-    def _hold(
-        self, request: RunRequest, journal: Journal
-    ) -> tuple[RunStatus, int, list[dict[str, Any]]] | None:
-        """Whether the pending turn waits for a person: the whole turn, before any call runs."""
-        if not journal.pending:
-            return None
-        turn = journal.pending[0].llm_sequence
-        tools = [
-            self.engine.tools.get(p.call.name) if p.call.name in request.tools else None
-            for p in journal.pending
-        ]
-        kinds = [
-            "approval"
-            if self._needs_approval(t)
-            else "input"
-            if t is not None and t.gate.wants_input
-            else "none"
-            for t in tools
-        ]
-        if "approval" in kinds and turn not in journal.approvals:
-            status = RunStatus.WAITING_FOR_APPROVAL
-        elif "input" in kinds and (
-            turn not in journal.inputs or self._decided_values(turn) is None
-        ):
-            status = RunStatus.WAITING_FOR_INPUT
-        else:
-            return None
-        calls = [
-            {
-                "call_id": p.call.id,
-                "tool": p.call.name,
-                "effect": str(t.effect if t else ToolEffect.NON_IDEMPOTENT_WRITE),
-                "args": p.call.args,
-                "kind": kind,
-                "sensitive": bool(t and t.gate.sensitive),
-                "input_schema": t.gate.input_schema if t and kind == "input" else None,
-                "approval_timeout": t.gate.approval_timeout if t else None,
-            }
-            for p, t, kind in zip(journal.pending, tools, kinds, strict=True)
-        ]
-        return status, turn, calls
-
-    def _suspend(
-        self, request: RunRequest, status: RunStatus, turn: int, calls: list[dict[str, Any]]
-    ) -> RunResult:
-        timeouts = [c["approval_timeout"] for c in calls if c["approval_timeout"]]
-        timeout = min(timeouts) if timeouts else self.engine.settings.approval_timeout
-        kind = "approval" if status is RunStatus.WAITING_FOR_APPROVAL else "input"
-        waiting = {"kind": kind, "turn": turn, "calls": calls}
+    def _suspend(self, request: RunRequest, held: _human.Hold) -> RunResult:
+        timeout = held.timeout or self.engine.settings.approval_timeout
+        waiting = {"kind": held.kind, "turn": held.turn, "calls": held.calls}
+        status, kind = held.status, held.kind
         stored = None if not self.interactive else _requests.dumps(_requests.to_json(request))
         try:
             sequences = self.store.suspend(self.lease, status, waiting, stored, timeout, [])
@@ -343,24 +295,6 @@ class Segment:
             self._lost()
         outcome = Outcome.AWAITING_APPROVAL if kind == "approval" else Outcome.AWAITING_INPUT
         return self._result(outcome)
-
-    def _refusal(self, journal: Journal, pending: PendingCall, tool: Tool | None) -> str | None:
-        """A denied approval goes back to the model as the call's result."""
-        if not self._needs_approval(tool):
-            return None
-        decision = journal.approvals.get(pending.llm_sequence, {})
-        if decision.get("approved"):
-            return None
-        who = decision.get("decided_by", "a person")
-        note = decision.get("note")
-        return f"denied by {who}" + (f": {note}" if note else "")
-
-    def _with_input(self, pending: PendingCall, tool: Tool) -> dict[str, Any]:
-        """The model's arguments overlaid with a person's values (declared keys only)."""
-        if not tool.gate.wants_input:
-            return pending.call.args
-        values = self._decided_values(pending.llm_sequence) or {}
-        return {**pending.call.args, **values}
 
     # -- endings -------------------------------------------------------------------------
 

@@ -7,8 +7,10 @@ calls runs; the run waits without a lease and continues on any worker once decid
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
@@ -18,6 +20,11 @@ from referencing.exceptions import Unresolvable
 
 from tenure._errors import InvalidRequest
 from tenure._policy import check_seconds
+from tenure._types import RunStatus, ToolEffect
+from tenure.agent._journal import Journal, PendingCall
+
+if TYPE_CHECKING:
+    from tenure.agent._tools import Tool
 
 # Keywords whose value is short enough to quote in an error; the rest are named only.
 _QUOTED_RULES = frozenset(
@@ -165,3 +172,108 @@ def _rule(error: SchemaViolation) -> str:
 
 def _where(path: Any, whole: str) -> str:
     return ".".join(str(p) for p in path) or whole
+
+
+# -- the gate: whether a model turn waits for a person (pure decisions) --------------------
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A model turn held for a person, before any of its calls runs."""
+
+    status: RunStatus
+    turn: int  # the sequence of the `llm` event that made the calls
+    calls: list[dict[str, Any]]  # what the waiting record shows of each call
+
+    @property
+    def kind(self) -> str:
+        return "approval" if self.status is RunStatus.WAITING_FOR_APPROVAL else "input"
+
+    @property
+    def timeout(self) -> float | None:
+        """The shortest approval timeout any of its tools declares."""
+        timeouts = [c["approval_timeout"] for c in self.calls if c["approval_timeout"]]
+        return min(timeouts) if timeouts else None
+
+
+def needs_approval(tool: Tool | None, approve_writes: bool) -> bool:
+    if tool is None:
+        return False
+    return tool.gate.requires_approval or (approve_writes and tool.effect.is_write)
+
+
+def decided_values(decision: str | None, turn: int) -> dict[str, Any] | None:
+    """A person's submitted values for `turn`, from the raw decision the run continues with."""
+    parsed = json.loads(decision) if decision else None
+    if isinstance(parsed, dict) and parsed.get("turn") == turn:
+        values = parsed.get("values")
+        return values if isinstance(values, dict) else None
+    return None
+
+
+def _kind(tool: Tool | None, approve_writes: bool) -> str:
+    if needs_approval(tool, approve_writes):
+        return "approval"
+    return "input" if tool is not None and tool.gate.wants_input else "none"
+
+
+def hold(
+    journal: Journal,
+    tools: Sequence[Tool | None],
+    decision: str | None,
+    *,
+    approve_writes: bool,
+) -> Hold | None:
+    """Whether the pending turn waits for a person: the whole turn, before any call runs.
+    `tools` are the pending calls' tools (None: not available to the run)."""
+    if not journal.pending:
+        return None
+    turn = journal.pending[0].llm_sequence
+    kinds = [_kind(t, approve_writes) for t in tools]
+    if "approval" in kinds and turn not in journal.approvals:
+        status = RunStatus.WAITING_FOR_APPROVAL
+    elif "input" in kinds and (
+        turn not in journal.inputs or decided_values(decision, turn) is None
+    ):
+        status = RunStatus.WAITING_FOR_INPUT
+    else:
+        return None
+    calls = [
+        _held_call(p, t, kind) for p, t, kind in zip(journal.pending, tools, kinds, strict=True)
+    ]
+    return Hold(status, turn, calls)
+
+
+def _held_call(pending: PendingCall, tool: Tool | None, kind: str) -> dict[str, Any]:
+    return {
+        "call_id": pending.call.id,
+        "tool": pending.call.name,
+        "effect": str(tool.effect if tool else ToolEffect.NON_IDEMPOTENT_WRITE),
+        "args": pending.call.args,
+        "kind": kind,
+        "sensitive": bool(tool and tool.gate.sensitive),
+        "input_schema": tool.gate.input_schema if tool and kind == "input" else None,
+        "approval_timeout": tool.gate.approval_timeout if tool else None,
+    }
+
+
+def refusal(
+    journal: Journal, pending: PendingCall, tool: Tool | None, approve_writes: bool
+) -> str | None:
+    """A denied approval goes back to the model as the call's result."""
+    if not needs_approval(tool, approve_writes):
+        return None
+    decision = journal.approvals.get(pending.llm_sequence, {})
+    if decision.get("approved"):
+        return None
+    who = decision.get("decided_by", "a person")
+    note = decision.get("note")
+    return f"denied by {who}" + (f": {note}" if note else "")
+
+
+def with_input(pending: PendingCall, tool: Tool, decision: str | None) -> dict[str, Any]:
+    """The model's arguments overlaid with a person's values (declared keys only)."""
+    if not tool.gate.wants_input:
+        return pending.call.args
+    values = decided_values(decision, pending.llm_sequence) or {}
+    return {**pending.call.args, **values}
