@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tenure import _policy
-from tenure._recovery import dead_letter as _dead_letter
 from tenure._reaper import Reaper
+from tenure._recovery import dead_letter as _dead_letter
 from tenure._types import (
     EventKind,
     FailureClass,
