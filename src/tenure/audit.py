@@ -385,6 +385,13 @@ def _check_row(w: _Walk, run: Run) -> None:
         bad(f"status {run.status} with termination reason {run.termination_reason}")
 
 
+# The event a terminal row's events must end with.
+_LAST_EVENT_OF = {
+    RunStatus.COMPLETED: EventKind.ASSEMBLED,
+    RunStatus.CANCELLED: EventKind.CANCELLED,
+}
+
+
 def _status_problem(w: _Walk, run: Run) -> str | None:
     """Does the row's status agree with how its events end?"""
     last = w.last.kind if w.last else None
@@ -394,17 +401,19 @@ def _status_problem(w: _Walk, run: Run) -> str | None:
     elif run.status is RunStatus.QUEUED:
         if w.held and not w.suspended:
             return f"queued, but its events end with a segment holding it ({last})"
-    elif run.status is RunStatus.COMPLETED:
-        if last is not EventKind.ASSEMBLED:
-            return f"completed but its last event is {last}"
-    elif run.status is RunStatus.CANCELLED:
-        if last is not EventKind.CANCELLED:
-            return f"cancelled but its last event is {last}"
+    elif run.status in _LAST_EVENT_OF:
+        if last is not _LAST_EVENT_OF[run.status]:
+            return f"{run.status} but its last event is {last}"
     elif run.is_dead_letter:
-        if w.last is None or last is not EventKind.DEAD_LETTERED:
-            return f"dead-lettered but its last event is {last}"
-        if w.last.payload.get("reason") != run.termination_reason:
-            return f"dead-lettered {run.termination_reason}, its event says {w.last.payload}"
+        return _dead_letter_row_problem(w, run)
+    return None
+
+
+def _dead_letter_row_problem(w: _Walk, run: Run) -> str | None:
+    if w.last is None or w.last.kind is not EventKind.DEAD_LETTERED:
+        return f"dead-lettered but its last event is {w.last.kind if w.last else None}"
+    if w.last.payload.get("reason") != run.termination_reason:
+        return f"dead-lettered {run.termination_reason}, its event says {w.last.payload}"
     return None
 
 

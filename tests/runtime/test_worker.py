@@ -262,7 +262,7 @@ def test_a_worker_without_a_runs_tool_hands_it_back_untouched(
     assert [e.kind for e in plain.events(run_id)].count(EventKind.CLAIMED) == 1
 
     first_wait = run.available_at - plain.store.now()
-    monkeypatch.setattr("tenure.store._common.UNSERVED_BASE_SECONDS", 0.05)
+    monkeypatch.setattr("tenure.store._owner.UNSERVED_BASE_SECONDS", 0.05)
     # A worker that has the tool serves it, from its first real attempt: the scripted
     # failure on attempt 0 happens (the hand-back counted no attempt).
     time.sleep(max(0.0, first_wait.total_seconds()) + 0.1)
@@ -281,7 +281,7 @@ def test_a_worker_without_a_runs_tool_hands_it_back_untouched(
 def test_unserved_hand_backs_wait_longer_each_time(
     make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tenure.store._common.UNSERVED_BASE_SECONDS", 0.4)
+    monkeypatch.setattr("tenure.store._owner.UNSERVED_BASE_SECONDS", 0.4)
     app = make_runtime()
     app.add_model("special", tenure.providers.Scripted())
     run_id = app.enqueue(RunRequest(prompt="x", model="special", script=[{"say": "ok"}]))

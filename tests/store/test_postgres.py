@@ -111,7 +111,7 @@ def test_a_claimer_skips_a_row_another_has_locked_instead_of_waiting(
     assert [c.lease.run_id for c in pg.claim("worker:a", None, 30, 10)] == [locked]
 
 
-CLAIM_PARAMS = {"owner": "w", "lease": 30.0, "limit": 4, "queues": None}
+CLAIM_PARAMS = {"owner": "w", "lease": 30.0, "limit": 4, "queues": None, "n": 1}
 FINISHED_RUNS = 20_000
 
 

@@ -1,0 +1,277 @@
+"""The owner's transitions (SPEC §5): what a segment holding a lease, or its worker, writes.
+Every one is guarded by the lease it names; None or False means it did not apply."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tenure._json import dumps
+from tenure._types import (
+    EventKind,
+    FailureClass,
+    RunStatus,
+    ToolEffect,
+    Usage,
+)
+from tenure.store._base import NO_USAGE, Claimed, Lease, NewEvent, NewRun, Settlement
+from tenure.store._sqlbase import (
+    Cursor,
+    SQLBase,
+    _event_rows,
+    lifecycle,
+)
+
+# A run handed back by a worker that cannot serve it waits this long before it is claimable
+# again, doubled at each such hand-back, up to the cap.
+UNSERVED_BASE_SECONDS = 5.0
+UNSERVED_CAP_SECONDS = 600.0
+
+
+class OwnerTransitions(SQLBase):
+    def enqueue(self, run: NewRun) -> tuple[str, bool]:
+        return self.enqueue_many([run])[0]
+
+    def enqueue_many(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
+        def tx(cur: Cursor) -> list[tuple[str, bool]]:
+            out = []
+            events: list[dict[str, Any]] = []  # every run's events, one insert at the end
+            for run in runs:
+                row = cur.execute(
+                    self._q["enqueue"],
+                    {
+                        "id": run.run_id,
+                        "queue": run.queue,
+                        "request": run.request,
+                        "idempotency_key": run.idempotency_key,
+                        "delay": run.delay,
+                        "last_sequence": len(run.events) - 1,
+                    },
+                ).fetchone()
+                if row is None:
+                    existing = cur.execute(
+                        self._q["find_by_idempotency_key"],
+                        {"idempotency_key": run.idempotency_key},
+                    ).fetchone()
+                    out.append((existing[0], False))
+                    continue
+                _event_rows(events, run.run_id, len(run.events) - 1, 0, 0, run.events)
+                out.append((run.run_id, True))
+            self._insert_events(cur, events)
+            return out
+
+        return self._write(tx)
+
+    def start(self, run: NewRun, owner: str, lease_seconds: float) -> Lease:
+        def tx(cur: Cursor) -> None:
+            cur.execute(
+                self._q["start"],
+                {
+                    "id": run.run_id,
+                    "queue": run.queue,
+                    "request": run.request,
+                    "idempotency_key": run.idempotency_key,
+                    "owner": owner,
+                    "lease": lease_seconds,
+                    "last_sequence": len(run.events) - 1,
+                },
+            )
+            self._append(cur, run.run_id, len(run.events) - 1, 0, 1, run.events)
+
+        self._write(tx)
+        return Lease(run.run_id, owner, 1, 0)
+
+    def _claim_params(
+        self, owner: str, queues: Sequence[str] | None, lease_seconds: float, limit: int
+    ) -> dict[str, Any]:
+        return {
+            "owner": owner,
+            "lease": lease_seconds,
+            "limit": limit,
+            "queues": self._queues_param(queues),
+            "n": 1,  # the claimed event
+        }
+
+    def _claim_in(
+        self,
+        cur: Cursor,
+        owner: str,
+        params: dict[str, Any],
+        events: list[dict[str, Any]] | None = None,
+    ) -> list[Claimed]:
+        rows = cur.execute(self._q["claim"], params).fetchall()
+        return self._claimed(cur, rows, owner, events=events)
+
+    def claim(
+        self, owner: str, queues: Sequence[str] | None, lease_seconds: float, limit: int
+    ) -> list[Claimed]:
+        params = self._claim_params(owner, queues, lease_seconds, limit)
+        return self._write(lambda cur: self._claim_in(cur, owner, params))
+
+    def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> Claimed | None:
+        params = {"id": run_id, "owner": owner, "lease": lease_seconds, "n": 1}
+        claimed = self._write(
+            lambda cur: self._claimed(
+                cur, cur.execute(self._q["claim_run"], params).fetchall(), owner
+            )
+        )
+        return claimed[0] if claimed else None
+
+    def record_step(
+        self,
+        lease: Lease,
+        lease_seconds: float,
+        events: Sequence[NewEvent],
+        usage: Usage = NO_USAGE,
+    ) -> list[int] | None:
+        params = {
+            **self._lease_params(lease),
+            "lease": lease_seconds,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cost": usage.cost,
+        }
+        return self._guarded("record_step", params, lease.run_id, events, lease)
+
+    def mark_fence(self, lease: Lease, effect: ToolEffect, lease_seconds: float) -> bool:
+        params = {**self._lease_params(lease), "effect": str(effect), "lease": lease_seconds}
+        return self._guarded("mark_fence", params, lease.run_id, []) is not None
+
+    def clear_fence(self, lease: Lease, lease_seconds: float, event: NewEvent) -> int | None:
+        params = {**self._lease_params(lease), "lease": lease_seconds}
+        seqs = self._guarded("clear_fence", params, lease.run_id, [event], lease)
+        return seqs[0] if seqs else None
+
+    def requeue(self, lease: Lease, delay: float, error_class: FailureClass, error: str) -> bool:
+        params = {
+            **self._lease_params(lease),
+            "delay": delay,
+            "error_class": str(error_class),
+            "error": error,
+        }
+        event = lifecycle(
+            EventKind.REQUEUED,
+            cause="failure",
+            error_class=str(error_class),
+            error=error,
+            delay=round(delay, 3),
+        )
+        return self._guarded("requeue", params, lease.run_id, [event], lease) is not None
+
+    def hand_back(self, lease: Lease, why: str, missing: Sequence[str] = ()) -> bool:
+        unserved = bool(missing)
+        error = f"{why}: {', '.join(missing)}" if unserved else ""
+        params = {
+            **self._lease_params(lease),
+            "unserved": unserved,
+            "unserved_base": UNSERVED_BASE_SECONDS,
+            "unserved_cap": UNSERVED_CAP_SECONDS,
+            "error": error,
+        }
+        cause = "unserved" if unserved else "unstarted"
+        payload: dict[str, Any] = {"cause": cause, "worker": lease.owner, "why": why}
+        if unserved:
+            payload["missing"] = list(missing)
+        event = lifecycle(EventKind.REQUEUED, **payload)
+        return self._guarded("hand_back", params, lease.run_id, [event], lease) is not None
+
+    def release(self, lease: Lease) -> bool:
+        event = lifecycle(EventKind.REQUEUED, cause="drain", worker=lease.owner)
+        return (
+            self._guarded("release", self._lease_params(lease), lease.run_id, [event], lease)
+            is not None
+        )
+
+    def _settle_params(self, lease: Lease, settlement: Settlement) -> dict[str, Any]:
+        return {
+            **self._lease_params(lease),
+            "status": str(settlement.status),
+            "reason": str(settlement.reason),
+            "output": settlement.output,
+            "error_class": str(settlement.error_class or ""),
+            "error": settlement.error,
+            "keep": settlement.is_dead_letter,
+            "keep_fence": settlement.status is RunStatus.FAILED,
+            "fence": str(settlement.only_while_fenced or ""),
+            "n": len(settlement.events),
+            "input_tokens": settlement.usage.input_tokens,
+            "output_tokens": settlement.usage.output_tokens,
+            "cost": settlement.usage.cost,
+        }
+
+    def settle(self, lease: Lease, settlement: Settlement) -> list[int] | None:
+        work = [(lease, settlement, self._settle_params(lease, settlement))]
+
+        def tx(cur: Cursor) -> list[int] | None:
+            events: list[dict[str, Any]] = []
+            (settled,) = self._settle_batch_in(cur, work, events)
+            self._insert_events(cur, events)
+            return settled
+
+        return self._write(tx)
+
+    def settle_and_claim(
+        self,
+        settles: Sequence[tuple[Lease, Settlement]],
+        owner: str,
+        queues: Sequence[str] | None,
+        lease_seconds: float,
+        limit: int,
+    ) -> tuple[list[list[int] | None], list[Claimed]]:
+        work = [(lease, s, self._settle_params(lease, s)) for lease, s in settles]
+        claim = self._claim_params(owner, queues, lease_seconds, limit) if limit > 0 else None
+
+        def tx(cur: Cursor) -> tuple[list[list[int] | None], list[Claimed]]:
+            events: list[dict[str, Any]] = []  # every event of the transaction, one insert
+            settled = self._settle_batch_in(cur, work, events)
+            claimed = [] if claim is None else self._claim_in(cur, owner, claim, events)
+            self._insert_events(cur, events)
+            return settled, claimed
+
+        return self._write(tx)
+
+    def _settle_batch_in(
+        self,
+        cur: Cursor,
+        work: Sequence[tuple[Lease, Settlement, dict[str, Any]]],
+        events: list[dict[str, Any]],
+    ) -> list[list[int] | None]:
+        """Settle every run of `work` with one statement."""
+        rows = cur.execute(
+            self._q["settle_batch"], {"batch": dumps([params for _, _, params in work])}
+        ).fetchall()
+        last = {(run_id, int(token)): int(sequence) for run_id, token, sequence in rows}
+        out: list[list[int] | None] = []
+        for lease, s, _ in work:
+            sequence = last.get((lease.run_id, lease.token))
+            out.append(
+                None
+                if sequence is None
+                else _event_rows(
+                    events, lease.run_id, sequence, lease.attempt, lease.token, s.events
+                )
+            )
+        return out
+
+    def suspend(
+        self,
+        lease: Lease,
+        status: RunStatus,
+        waiting: dict[str, Any],
+        request: str | None,
+        timeout: float | None,
+        events: Sequence[NewEvent],
+        usage: Usage = NO_USAGE,
+    ) -> list[int] | None:
+        params = {
+            **self._lease_params(lease),
+            "status": str(status),
+            "waiting": dumps(waiting),
+            "request": request,
+            "timeout": timeout,
+            "n": len(events),
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cost": usage.cost,
+        }
+        return self._guarded("suspend", params, lease.run_id, events, lease)

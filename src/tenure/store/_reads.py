@@ -1,0 +1,79 @@
+"""Reads: runs, events and counts, as the API and the dashboard show them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tenure._types import (
+    Event,
+    Run,
+    RunStatus,
+    TerminationReason,
+)
+from tenure.store._rows import event_from_row, run_from_row
+from tenure.store._sqlbase import SQLBase
+
+
+class Reads(SQLBase):
+    def waiting_of(self, run_id: str) -> tuple[RunStatus, dict[str, Any] | None] | None:
+        rows = self._read(self._q["waiting_of"], {"id": run_id})
+        if not rows:
+            return None
+        status, raw = rows[0]
+        return RunStatus(status), (json.loads(raw) if raw else None)
+
+    def get_run(self, run_id: str, with_request: bool = False) -> Run | None:
+        rows = self._read(self._q["get_run"], {"id": run_id})
+        if not rows:
+            return None
+        row = rows[0] if with_request else (*rows[0][:-1], None)
+        return run_from_row(row, self._time)
+
+    def run_status(self, run_id: str) -> RunStatus | None:
+        rows = self._read(self._q["run_status"], {"id": run_id})
+        return RunStatus(rows[0][0]) if rows else None
+
+    def events(self, run_id: str, after: int = -1) -> list[Event]:
+        rows = self._read(self._q["events"], {"id": run_id, "after": after})
+        return [event_from_row(row, self._time) for row in rows]
+
+    def runs(
+        self,
+        status: RunStatus | None = None,
+        reason: TerminationReason | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[Run]:
+        params = _filters(status, reason, queue, limit)
+        return [run_from_row(row, self._time) for row in self._read(self._q["runs"], params)]
+
+    def runs_after(
+        self,
+        after: str,
+        status: RunStatus | None = None,
+        reason: TerminationReason | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[Run]:
+        params = {"after": after, **_filters(status, reason, queue, limit)}
+        rows = self._read(self._q["runs_after"], params)
+        return [run_from_row(row, self._time) for row in rows]
+
+    def run_counts(self) -> dict[tuple[RunStatus, TerminationReason | None], int]:
+        return {
+            (RunStatus(status), TerminationReason(reason) if reason else None): int(count)
+            for status, reason, count in self._read(self._q["run_counts"], {})
+        }
+
+
+def _filters(
+    status: RunStatus | None, reason: TerminationReason | None, queue: str | None, limit: int
+) -> dict[str, Any]:
+    """The parameters of a listing's filters (None: any)."""
+    return {
+        "status": str(status) if status else None,
+        "reason": str(reason) if reason else None,
+        "queue": queue,
+        "limit": limit,
+    }

@@ -1,0 +1,185 @@
+"""The plumbing every SQL dialect shares: one write transaction, guarded statements and the
+events they append.
+
+A dialect supplies its named queries (`store/sql/<dialect>/queries.sql`), a way to run a
+function inside one write transaction, reads, and the conversion of its time values. Each
+transition is one guarded UPDATE that RETURNs `(last_sequence, attempt, lease_token)` when
+it applied; the events that record it are inserted in the same transaction at the
+sequences it reserved (`n` of them, named by the statement's caller).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from tenure._json import dumps
+from tenure._types import (
+    EventKind,
+)
+from tenure.store._base import Claimed, Lease, NewEvent
+
+T = TypeVar("T")
+ClaimRow = tuple[str, int, int, str | None, int, int, str | None]
+
+
+class Cursor(Protocol):
+    """What sqlite3 and psycopg cursors have in common, as far as the store uses them."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def execute(self, sql: str, params: Any = ..., /) -> Any: ...
+
+    def executemany(self, sql: str, params: Any, /) -> Any: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+def _no_op() -> None:
+    return None
+
+
+def lifecycle(kind: EventKind, **payload: Any) -> NewEvent:
+    return NewEvent(kind, payload)
+
+
+def _event_rows(
+    rows: list[dict[str, Any]],
+    run_id: str,
+    last: int,
+    attempt: int,
+    token: int,
+    events: Sequence[NewEvent],
+) -> list[int]:
+    """Add the rows of `events`, which end at sequence `last`, to `rows`; their sequences."""
+    first = last - len(events) + 1
+    rows.extend(
+        {
+            "run_id": run_id,
+            "sequence": first + i,
+            "attempt": attempt,
+            "lease_token": token,
+            "kind": str(e.kind),
+            "payload": dumps(e.payload),
+        }
+        for i, e in enumerate(events)
+    )
+    return list(range(first, last + 1))
+
+
+class SQLBase(ABC):
+    url: str
+    _q: dict[str, str]
+
+    @abstractmethod
+    def _write(self, fn: Callable[[Cursor], T]) -> T:
+        """Run `fn` in one write transaction; retried whole on a transient failure."""
+
+    @abstractmethod
+    def _read(self, sql: str, params: dict[str, Any]) -> list[Any]: ...
+
+    @abstractmethod
+    def _time(self, value: Any) -> datetime | None:
+        """A time value of this dialect as an aware UTC datetime."""
+
+    @abstractmethod
+    def _queues_param(self, queues: Sequence[str] | None) -> Any: ...
+
+    @abstractmethod
+    def migrate(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
+        return _no_op
+
+    def now(self) -> datetime:
+        value = self._time(self._read(self._q["now"], {})[0][0])
+        assert value is not None
+        return value
+
+    def _append(
+        self,
+        cur: Cursor,
+        run_id: str,
+        last: int,
+        attempt: int,
+        token: int,
+        events: Sequence[NewEvent],
+    ) -> list[int]:
+        rows: list[dict[str, Any]] = []
+        sequences = _event_rows(rows, run_id, last, attempt, token, events)
+        self._insert_events(cur, rows)
+        return sequences
+
+    def _insert_events(self, cur: Cursor, rows: list[dict[str, Any]]) -> None:
+        """The rows `_event_rows` made, in one statement."""
+        if rows:
+            cur.executemany(self._q["insert_event"], rows)
+
+    def _guarded(
+        self,
+        name: str,
+        params: dict[str, Any],
+        run_id: str,
+        events: Sequence[NewEvent],
+        lease: Lease | None = None,
+    ) -> list[int] | None:
+        """One guarded UPDATE that RETURNs (last_sequence, attempt, lease_token), then its
+        events. Events of an owner's write carry the owner's lease, not the row's: if a guard
+        ever let a stale owner through, the audit would see the stale token."""
+
+        return self._write(lambda cur: self._guarded_in(cur, name, params, run_id, events, lease))
+
+    def _guarded_in(
+        self,
+        cur: Cursor,
+        name: str,
+        params: dict[str, Any],
+        run_id: str,
+        events: Sequence[NewEvent],
+        lease: Lease | None = None,
+        rows: list[dict[str, Any]] | None = None,
+    ) -> list[int] | None:
+        """The guarded statement, then its events: inserted now, or added to `rows` for
+        the caller to insert with the rest of its transaction's events."""
+        # Every statement that appends events reserves their sequences itself: `n` of them.
+        row = cur.execute(self._q[name], {**params, "n": len(events)}).fetchone()
+        if row is None:
+            return None
+        attempt, token = (lease.attempt, lease.token) if lease else (row[1], row[2])
+        if rows is None:
+            return self._append(cur, run_id, row[0], attempt, token, events)
+        return _event_rows(rows, run_id, row[0], attempt, token, events)
+
+    @staticmethod
+    def _lease_params(lease: Lease) -> dict[str, Any]:
+        return {"id": lease.run_id, "owner": lease.owner, "token": lease.token}
+
+    def _claimed(
+        self,
+        cur: Cursor,
+        rows: Sequence[ClaimRow],
+        owner: str,
+        before: Sequence[NewEvent] = (),
+        events: list[dict[str, Any]] | None = None,
+    ) -> list[Claimed]:
+        """The claims of `rows`, each with its `claimed` event (inserted now, or added to
+        `events` for the caller to insert)."""
+        out = []
+        pending: list[dict[str, Any]] = [] if events is None else events
+        for run_id, token, attempt, request, requeue_count, last, decision in rows:
+            event = lifecycle(EventKind.CLAIMED, worker=owner, lease_token=token, attempt=attempt)
+            _event_rows(pending, run_id, last, attempt, token, [*before, event])
+            out.append(
+                Claimed(Lease(run_id, owner, token, attempt), request, requeue_count, decision)
+            )
+        if events is None:
+            self._insert_events(cur, pending)
+        return out
