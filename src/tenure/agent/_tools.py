@@ -30,13 +30,9 @@ from tenure._errors import InvalidRequest, UnknownTool
 from tenure._policy import check_seconds
 from tenure._types import ToolContext, ToolEffect
 from tenure.agent._human import Gate, make_gate
-from tenure.providers._base import ToolSpec
+from tenure.providers._base import MALFORMED_ARGUMENTS_KEY, ToolSpec
 
 DEFAULT_TOOL_TIMEOUT = 60.0
-# A provider that received tool-call arguments that are not a JSON object hands the raw text
-# on under this key, so that validation tells the model what went wrong (and the step goes
-# on) instead of the provider failing the step.
-MALFORMED_ARGUMENTS_KEY = "__tenure_malformed_arguments__"
 _MAX_ECHO = 200
 
 _PARAMETER_SECTIONS = frozenset({"args", "arguments", "parameters", "params"})

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tenure.providers._base import ModelCall, ModelReply, Provider, ToolCall, ToolSpec
+from tenure.providers._base import ModelCall, ModelReply, Price, Provider, ToolCall, ToolSpec
 from tenure.providers.fallback import Fallback
 from tenure.providers.scripted import Scripted
 
 if TYPE_CHECKING:
-    from tenure.providers.openai import OpenAICompatible, Price
+    from tenure.providers.openai import OpenAICompatible
 
 __all__ = [
     "Fallback",
@@ -29,7 +29,7 @@ __all__ = [
     "ToolSpec",
 ]
 
-_LAZY = frozenset({"OpenAICompatible", "Price"})
+_LAZY = frozenset({"OpenAICompatible"})
 
 
 def __getattr__(name: str) -> Any:
