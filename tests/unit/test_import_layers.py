@@ -34,7 +34,7 @@ def test_the_classifier_is_not_imported_back_by_the_exception_tree() -> None:
     assert "tenure._classify" not in tenure_imports("_errors")
 
 
-@pytest.mark.parametrize("provider", ["openai", "_http", "_base"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "_http", "_base"])
 def test_providers_do_not_reach_into_the_agent(provider: str) -> None:
     imported = tenure_imports(f"providers/{provider}")
     assert not {m for m in imported if m.startswith("tenure.agent")}
