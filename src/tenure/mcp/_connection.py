@@ -16,10 +16,10 @@ import sys
 from typing import Any
 
 import anyio
-import mcp
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, Tool
 
+import mcp
 from tenure._errors import ProviderError
 from tenure._types import FailureClass
 from tenure.mcp import _loop
@@ -77,13 +77,13 @@ class Connection:
                 FailureClass.TIMEOUT,
                 f"MCP server {self.label}: no answer within {timeout:g}s while {doing}",
             ) from None
-        except MCPError as exc:
-            raise self._classified(exc, doing) from exc
-        except ProviderError:
-            raise
-        except ToolFailed:
+        except (ProviderError, ToolFailed):
             raise
         except Exception as exc:
+            # The SDK's task groups wrap what happened in exception groups.
+            mcp_error = _find_mcp_error(exc)
+            if mcp_error is not None:
+                raise self._classified(mcp_error, doing) from exc
             if _is_transport_failure(exc):
                 raise ProviderError(
                     FailureClass.CONNECTION,
@@ -189,6 +189,17 @@ def result_value(name: str, result: CallToolResult) -> Any:
 
 def _text(result: CallToolResult) -> str:
     return "\n".join(str(getattr(b, "text", "")) for b in result.content if b.type == "text")
+
+
+def _find_mcp_error(exc: BaseException) -> MCPError | None:
+    if isinstance(exc, MCPError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find_mcp_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _is_transport_failure(exc: BaseException) -> bool:
