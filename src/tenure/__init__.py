@@ -9,7 +9,6 @@ from tenure import providers
 from tenure._errors import (
     DatabaseUnavailable,
     DecisionConflict,
-    FallbackExhausted,
     InvalidRequest,
     ProviderError,
     RetryableError,
@@ -33,6 +32,7 @@ from tenure._types import (
     ToolEffect,
     Usage,
 )
+from tenure.providers.fallback import FallbackExhausted
 from tenure.runtime import Runtime
 
 __version__ = "0.1.0"

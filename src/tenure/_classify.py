@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+from tenure._errors import DatabaseUnavailable, ProviderError
+from tenure._policy import clamp_wait
 from tenure._types import FailureClass
 
 
@@ -13,8 +15,6 @@ def classify(exc: BaseException) -> FailureClass:
     Providers translate their SDK's exceptions into `ProviderError` at the source; this only
     knows tenure's own errors and the standard library's network errors.
     """
-    from tenure._errors import DatabaseUnavailable, ProviderError
-
     if isinstance(exc, ProviderError):
         return exc.failure_class
     if isinstance(exc, DatabaseUnavailable):
@@ -32,9 +32,6 @@ def retry_after(exc: BaseException) -> float | None:
     """The server's requested wait in seconds, when the failure carried one, clamped to
     `MAX_DELAY_SECONDS` (a server's header is not ours to trust; NaN or infinity is the
     ceiling)."""
-    from tenure._errors import ProviderError
-    from tenure._policy import clamp_wait
-
     if isinstance(exc, ProviderError) and exc.retry_after is not None:
         # A value that is not a number at all is a provider's bug: it fails recovery.
         return clamp_wait(float(exc.retry_after))

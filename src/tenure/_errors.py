@@ -7,14 +7,15 @@ TenureError
  ├── ProviderError                          a step failed; carries its FailureClass
  │    ├── RetryableError                    raised by a tool: fail the step, retry the run
  │    └── FallbackExhausted                 every model of a Fallback chain failed
+ │                                          (defined in tenure.providers.fallback, which
+ │                                          classifies it: this module imports nothing
+ │                                          but the enumerations)
  └── StoreError                             the database could not be reached or written
       ├── DatabaseUnavailable               still locked or unreachable after retries
       └── DatabaseGone                      the SQLite file was deleted or replaced while open
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from tenure._types import FailureClass
 
@@ -66,24 +67,6 @@ class RetryableError(ProviderError):
         retry_after: float | None = None,
     ) -> None:
         super().__init__(failure_class, message, retry_after=retry_after)
-
-
-class FallbackExhausted(ProviderError):
-    """Every model of a chain failed; classified by the most recent attempt."""
-
-    def __init__(self, attempts: Sequence[BaseException]) -> None:
-        from tenure._classify import classify, retry_after
-
-        if not attempts:
-            raise ValueError("FallbackExhausted needs at least one attempt")
-        last = attempts[-1]
-        summary = "; ".join(f"{type(a).__name__}: {a}" for a in attempts)
-        super().__init__(
-            classify(last),
-            f"all {len(attempts)} models failed: {summary}",
-            retry_after=retry_after(last),
-        )
-        self.attempts = list(attempts)
 
 
 class StoreError(TenureError):

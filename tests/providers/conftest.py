@@ -1,9 +1,10 @@
-"""A chat-completions server on 127.0.0.1 for the whole test session.
+"""A model server on 127.0.0.1 for the whole test session.
 
-It speaks just enough of `/v1/chat/completions` for the real `openai` client: each test
-gets its own endpoint (a path prefix), queues the replies it wants (answers, error
-statuses with headers, slow answers, dropped connections, malformed bodies) and reads back
-the requests the server received.
+It speaks just enough of `/v1/chat/completions` for the real `openai` client and of
+`/v1/messages` for the real `anthropic` client (answers and request checks for the latter
+are in messages_api.py): each test gets its own endpoint (a path prefix), queues the replies
+it wants (answers, error statuses with headers, slow answers, dropped connections, malformed
+bodies) and reads back the requests the server received.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tenure.providers.anthropic import Anthropic
 from tenure.providers.openai import OpenAICompatible
 
 MODEL = "test-model"
@@ -111,17 +113,21 @@ class _Handler(BaseHTTPRequestHandler):
         endpoint = self.server.owner.endpoints.get(parts[0])
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        if endpoint is None or len(parts) < 2 or parts[1] != "v1/chat/completions":
+        route = parts[1] if len(parts) == 2 else ""
+        if endpoint is None or route not in ("v1/chat/completions", "v1/messages"):
             self._send(Reply(status=404, body={"error": {"message": f"no route {self.path}"}}))
             return
+        body = json.loads(raw)
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        refused = _refusal(route, body, headers)
         with self.server.owner.lock:
-            endpoint.requests.append(
-                {
-                    "body": json.loads(raw),
-                    "headers": {k.lower(): v for k, v in self.headers.items()},
-                }
-            )
-            reply = endpoint.replies.popleft() if endpoint.replies else None
+            endpoint.requests.append({"body": body, "headers": headers, "route": route})
+            reply = None if refused else endpoint.replies.popleft() if endpoint.replies else None
+        if refused:
+            from .messages_api import api_error
+
+            self._send(api_error(400, "invalid_request_error", refused))
+            return
         if reply is None:
             reply = Reply(status=500, body={"error": {"message": "no reply queued"}})
         if reply.delay:
@@ -143,6 +149,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+def _refusal(route: str, body: Any, headers: dict[str, str]) -> str | None:
+    """What the Messages API would refuse in this request (the chat fake checks nothing)."""
+    if route != "v1/messages":
+        return None
+    from .messages_api import check_request
+
+    return check_request(body, headers)
 
 
 class _Server(ThreadingHTTPServer):
@@ -202,6 +217,27 @@ def make_provider() -> Iterator[Callable[..., OpenAICompatible]]:
         kwargs.setdefault("api_key", API_KEY)
         kwargs.setdefault("timeout", 5.0)
         provider = OpenAICompatible(base_url=url, **kwargs)
+        made.append(provider)
+        return provider
+
+    yield make
+    for provider in made:
+        provider.close()
+
+
+@pytest.fixture
+def make_anthropic() -> Iterator[Callable[..., Anthropic]]:
+    """Anthropic providers on the real SDK, all closed at the end of the test."""
+    from .messages_api import API_KEY as ANTHROPIC_KEY
+    from .messages_api import CLAUDE
+
+    made: list[Anthropic] = []
+
+    def make(url: str, **kwargs: Any) -> Anthropic:
+        kwargs.setdefault("model", CLAUDE)
+        kwargs.setdefault("api_key", ANTHROPIC_KEY)
+        kwargs.setdefault("timeout", 5.0)
+        provider = Anthropic(base_url=url.removesuffix("/v1"), **kwargs)
         made.append(provider)
         return provider
 

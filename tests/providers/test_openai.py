@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tenure import FailureClass, ProviderError, RunRequest, Usage
-from tenure.agent._tools import MALFORMED_ARGUMENTS_KEY
 from tenure.providers import ModelCall, ToolSpec
+from tenure.providers._base import MALFORMED_ARGUMENTS_KEY
 from tenure.providers.openai import OpenAICompatible, Price
 
 from .conftest import API_KEY, MODEL, Endpoint, Reply, completion, error

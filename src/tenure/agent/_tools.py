@@ -2,7 +2,9 @@
 
 The schema comes from the function's type hints and docstring through pydantic, and the
 same pydantic model validates the model's arguments before the tool runs: invalid arguments
-go back to the model as an error result and never reach the function.
+go back to the model as an error result and never reach the function. A tool whose schema
+is given as JSON (one an MCP server describes, `make_schema_tool`) is validated with
+`jsonschema` against that schema instead.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -30,13 +34,9 @@ from tenure._errors import InvalidRequest, UnknownTool
 from tenure._policy import check_seconds
 from tenure._types import ToolContext, ToolEffect
 from tenure.agent._human import Gate, make_gate
-from tenure.providers._base import ToolSpec
+from tenure.providers._base import MALFORMED_ARGUMENTS_KEY, ToolSpec
 
 DEFAULT_TOOL_TIMEOUT = 60.0
-# A provider that received tool-call arguments that are not a JSON object hands the raw text
-# on under this key, so that validation tells the model what went wrong (and the step goes
-# on) instead of the provider failing the step.
-MALFORMED_ARGUMENTS_KEY = "__tenure_malformed_arguments__"
 _MAX_ECHO = 200
 
 _PARAMETER_SECTIONS = frozenset({"args", "arguments", "parameters", "params"})
@@ -73,12 +73,18 @@ class Tool:
     effect: ToolEffect
     timeout: float
     description: str
-    arguments: type[BaseModel]
+    # Exactly one of the two describes the arguments: a pydantic model built from the
+    # function's signature, or a JSON schema given with the tool (`make_schema_tool`).
+    arguments: type[BaseModel] | None
     takes_context: bool
     gate: Gate = field(default_factory=Gate)
+    parameters: dict[str, Any] | None = None
 
     @property
     def spec(self) -> ToolSpec:
+        if self.parameters is not None:
+            return ToolSpec(self.name, self.description, self.parameters)
+        assert self.arguments is not None
         return ToolSpec(self.name, self.description, openai_schema(self.arguments))
 
     def validate(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -92,6 +98,9 @@ class Tool:
                 f"{self._echo(args[MALFORMED_ARGUMENTS_KEY])}; "
                 "send the arguments as one JSON object that matches the tool's schema"
             )
+        if self.parameters is not None:
+            return self._validate_json(args, self.parameters)
+        assert self.arguments is not None
         try:
             parsed = self.arguments.model_validate(args)
         except ValidationError as exc:
@@ -101,6 +110,19 @@ class Tool:
             info.alias or field: getattr(parsed, field)
             for field, info in type(parsed).model_fields.items()
         }
+
+    def _validate_json(self, args: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+        problems = sorted(
+            Draft202012Validator(schema).iter_errors(args), key=lambda e: list(e.path)
+        )
+        if problems:
+            described = "; ".join(
+                f"{'.'.join(str(p) for p in e.path) or 'arguments'}: "
+                + (e.validator if self.gate.sensitive else e.message)
+                for e in problems
+            )
+            raise InvalidArguments(f"invalid arguments for {self.name}: {described}")
+        return dict(args)
 
     def _echo(self, raw: Any) -> str:
         if self.gate.sensitive:
@@ -114,6 +136,7 @@ class Tool:
             return f"{where}: {error['msg']}"
         # pydantic's message and a location's dict keys can quote the model's text; the
         # error type and the schema's own names cannot.
+        assert self.arguments is not None
         names = _property_names(self.arguments.model_json_schema())
         parts = [str(p) if isinstance(p, int) or p in names else "?" for p in error["loc"]]
         return f"{'.'.join(parts) or 'arguments'}: {error['type']}"
@@ -136,17 +159,9 @@ def make_tool(
     sensitive: bool = False,
     approval_timeout: float | None = None,
 ) -> Tool:
-    tool_name = name or getattr(fn, "__name__", "")
-    if not tool_name or not tool_name.replace("_", "a").replace("-", "a").isalnum():
-        raise InvalidRequest(f"invalid tool name {tool_name!r}: use letters, digits, _ and -")
+    tool_name = _check_name(name or getattr(fn, "__name__", ""))
     timeout = check_seconds(f"tool {tool_name}: timeout", timeout)
-    try:
-        effect = ToolEffect(effect)
-    except ValueError:
-        choices = ", ".join(e.value for e in ToolEffect)
-        raise InvalidRequest(
-            f"tool {tool_name}: unknown effect {effect!r} (one of {choices})"
-        ) from None
+    effect = _effect(tool_name, effect)
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:
@@ -187,6 +202,58 @@ def make_tool(
             sensitive=sensitive,
             approval_timeout=approval_timeout,
         ),
+    )
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name.replace("_", "a").replace("-", "a").isalnum():
+        raise InvalidRequest(f"invalid tool name {name!r}: use letters, digits, _ and -")
+    return name
+
+
+def _effect(tool_name: str, effect: ToolEffect | str) -> ToolEffect:
+    try:
+        return ToolEffect(effect)
+    except ValueError:
+        choices = ", ".join(e.value for e in ToolEffect)
+        raise InvalidRequest(
+            f"tool {tool_name}: unknown effect {effect!r} (one of {choices})"
+        ) from None
+
+
+def make_schema_tool(
+    fn: Callable[..., Any],
+    *,
+    name: str,
+    description: str,
+    parameters: dict[str, Any],
+    effect: ToolEffect | str,
+    timeout: float = DEFAULT_TOOL_TIMEOUT,
+) -> Tool:
+    """A tool whose arguments a JSON schema describes; `fn(context, **arguments)` runs it.
+
+    For tools described elsewhere (an MCP server's `inputSchema`): the schema is shown to
+    the model as given and validates the model's arguments with `jsonschema`.
+    """
+    _check_name(name)
+    timeout = check_seconds(f"tool {name}: timeout", timeout)
+    effect = _effect(name, effect)
+    if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+        raise InvalidRequest(f"tool {name}: its parameters must be an object JSON schema")
+    try:
+        Draft202012Validator.check_schema(parameters)
+    except SchemaError as exc:
+        raise InvalidRequest(f"tool {name}: invalid JSON schema: {exc.message}") from None
+    schema = {"type": "object", "properties": {}, **parameters}
+    return Tool(
+        name=name,
+        fn=fn,
+        effect=effect,
+        timeout=float(timeout),
+        description=description or name,
+        arguments=None,
+        takes_context=True,
+        parameters=schema,
     )
 
 

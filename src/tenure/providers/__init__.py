@@ -1,23 +1,25 @@
 """Model providers: `Scripted` (deterministic, for tests and the demo), `OpenAICompatible`
-(any chat-completions endpoint, through the optional `openai` extra) and `Fallback` (a
-chain of providers).
+(any chat-completions endpoint, through the optional `openai` extra), `Anthropic` (Claude's
+Messages API, through the optional `anthropic` extra) and `Fallback` (a chain of providers).
 
-`OpenAICompatible` is imported on first use, so that `import tenure` works without the
-`openai` package installed.
+`OpenAICompatible` and `Anthropic` are imported on first use, so that `import tenure` works
+without either SDK installed.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tenure.providers._base import ModelCall, ModelReply, Provider, ToolCall, ToolSpec
+from tenure.providers._base import ModelCall, ModelReply, Price, Provider, ToolCall, ToolSpec
 from tenure.providers.fallback import Fallback
 from tenure.providers.scripted import Scripted
 
 if TYPE_CHECKING:
-    from tenure.providers.openai import OpenAICompatible, Price
+    from tenure.providers.anthropic import Anthropic
+    from tenure.providers.openai import OpenAICompatible
 
 __all__ = [
+    "Anthropic",
     "Fallback",
     "ModelCall",
     "ModelReply",
@@ -29,12 +31,14 @@ __all__ = [
     "ToolSpec",
 ]
 
-_LAZY = frozenset({"OpenAICompatible", "Price"})
-
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
+    if name == "OpenAICompatible":
         from tenure.providers import openai
 
-        return getattr(openai, name)
+        return openai.OpenAICompatible
+    if name == "Anthropic":
+        from tenure.providers import anthropic
+
+        return anthropic.Anthropic
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,6 +8,30 @@ from typing import Any, Protocol
 
 from tenure._types import RunRequest, Usage
 
+# A provider that received tool-call arguments that are not a JSON object hands the raw text
+# on under this key, so that validation tells the model what went wrong (and the step goes
+# on) instead of the provider failing the step.
+MALFORMED_ARGUMENTS_KEY = "__tenure_malformed_arguments__"
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens, for input (prompt) and output (completion) tokens."""
+
+    input: float
+    output: float
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
+
+    @classmethod
+    def of(cls, value: Price | tuple[float, float]) -> Price:
+        """A `Price`, or an `(input, output)` pair made into one."""
+        if isinstance(value, Price):
+            return value
+        input_price, output_price = value
+        return cls(float(input_price), float(output_price))
+
 
 @dataclass(frozen=True)
 class ToolSpec:

@@ -14,11 +14,31 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from tenure._classify import classify, describe
-from tenure._errors import FallbackExhausted, InvalidRequest
+from tenure._classify import classify, describe, retry_after
+from tenure._errors import InvalidRequest, ProviderError
 from tenure.providers._base import ModelCall, ModelReply, Provider
 
 log = logging.getLogger("tenure")
+
+
+class FallbackExhausted(ProviderError):
+    """Every model of a chain failed; classified by the most recent attempt.
+
+    It lives here rather than in `tenure._errors` because it classifies: the exception tree
+    stays free of the classifier, which itself knows the tree.
+    """
+
+    def __init__(self, attempts: Sequence[BaseException]) -> None:
+        if not attempts:
+            raise ValueError("FallbackExhausted needs at least one attempt")
+        last = attempts[-1]
+        summary = "; ".join(f"{type(a).__name__}: {a}" for a in attempts)
+        super().__init__(
+            classify(last),
+            f"all {len(attempts)} models failed: {summary}",
+            retry_after=retry_after(last),
+        )
+        self.attempts = list(attempts)
 
 
 class Fallback:

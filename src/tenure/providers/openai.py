@@ -21,14 +21,10 @@ hold the lease longer and hide failures from the run's history.
 
 from __future__ import annotations
 
-import email.utils
 import json
-import math
 import os
 import sys
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 try:
@@ -40,8 +36,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from tenure._errors import InvalidRequest, ProviderError
 from tenure._types import FailureClass, Usage
-from tenure.agent._tools import MALFORMED_ARGUMENTS_KEY
-from tenure.providers._base import ModelCall, ModelReply, ToolCall
+from tenure.providers._base import MALFORMED_ARGUMENTS_KEY, ModelCall, ModelReply, Price, ToolCall
+from tenure.providers._http import parse_retry_after
 
 DEFAULT_TIMEOUT = 60.0
 # A local server (vLLM, Ollama, llama.cpp) takes any key, but the SDK insists on one.
@@ -64,17 +60,6 @@ _STATUS_CLASSES: dict[int, FailureClass] = {
     503: FailureClass.SERVER_ERROR,
     504: FailureClass.SERVER_ERROR,
 }
-
-
-@dataclass(frozen=True)
-class Price:
-    """USD per million tokens, for input (prompt) and output (completion) tokens."""
-
-    input: float
-    output: float
-
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
 
 
 class MalformedResponse(Exception):
@@ -164,35 +149,6 @@ def _from_transport(exc: BaseException, message: str) -> ProviderError | None:
         if isinstance(exc, module.TransportError):
             return ProviderError(FailureClass.CONNECTION, message)
     return None
-
-
-def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """Seconds to wait from `retry-after-ms`, else `Retry-After` (seconds or an HTTP date).
-
-    None when the server said nothing usable; never negative.
-    """
-    lowered = {k.lower(): v for k, v in headers.items()}
-    for header, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = lowered.get(header)
-        if value is None:
-            continue
-        try:
-            seconds = float(value.strip()) / divisor
-        except ValueError:
-            continue
-        if math.isfinite(seconds) and seconds >= 0:
-            return seconds
-    value = lowered.get("retry-after")
-    if value is None:
-        return None
-    try:
-        when = email.utils.parsedate_to_datetime(value.strip())
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:  # an HTTP date is GMT by definition
-        return None
-    current = time.time() if now is None else now
-    return max(when.timestamp() - current, 0.0)
 
 
 def _describe(exc: BaseException) -> str:
@@ -299,13 +255,6 @@ def _price_for(prices: Mapping[str, Price], answered: str, requested: str) -> Pr
     return prices.get(answered) or prices.get(requested)
 
 
-def _as_price(value: Price | tuple[float, float]) -> Price:
-    if isinstance(value, Price):
-        return value
-    input_price, output_price = value
-    return Price(float(input_price), float(output_price))
-
-
 # -- the provider --------------------------------------------------------------------------
 
 
@@ -339,7 +288,7 @@ class OpenAICompatible:
         if max_retries < 0:
             raise InvalidRequest(f"OpenAICompatible: max_retries must be >= 0, got {max_retries}")
         self.model = model
-        self.prices: dict[str, Price] = {k: _as_price(v) for k, v in (prices or {}).items()}
+        self.prices: dict[str, Price] = {k: Price.of(v) for k, v in (prices or {}).items()}
         self.extra_body = dict(extra_body or {})
         self.temperature = temperature
         self.max_tokens = max_tokens
