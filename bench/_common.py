@@ -26,6 +26,10 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
+# The repository root, for what benchmarks borrow from tests/: the private PostgreSQL
+# cluster, the fake OpenAI-compatible service (tests.fakes.openai_service).
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 CHILD = BENCH / "_child.py"
 DEFAULT_REPEAT = 3
 CHILD_TIMEOUT_SECONDS = 900

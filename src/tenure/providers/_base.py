@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -95,6 +96,8 @@ class ModelCall:
     run_id: str
     attempt: int
     request: RunRequest
+    # A streaming provider hands it each piece of answer text as it arrives.
+    on_delta: Callable[[str], None] | None = None
 
 
 class Provider(Protocol):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 try:
@@ -38,6 +38,7 @@ from tenure._errors import InvalidRequest, ProviderError
 from tenure._types import FailureClass, Usage
 from tenure.providers._base import MALFORMED_ARGUMENTS_KEY, ModelCall, ModelReply, Price, ToolCall
 from tenure.providers._http import parse_retry_after
+from tenure.providers._stream import StreamAssembly
 
 DEFAULT_TIMEOUT = 60.0
 # A local server (vLLM, Ollama, llama.cpp) takes any key, but the SDK insists on one.
@@ -64,6 +65,14 @@ _STATUS_CLASSES: dict[int, FailureClass] = {
 
 class MalformedResponse(Exception):
     """The endpoint answered 2xx with a body that is not a chat completion."""
+
+
+class _DeltaCallbackFailed(Exception):
+    """`on_delta` raised: the caller's own exception, handed back unclassified."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 # -- classification (pure) -----------------------------------------------------------------
@@ -264,6 +273,11 @@ class OpenAICompatible:
     `prices` maps a model name to USD per million input and output tokens (a `Price` or an
     `(input, output)` pair); a model without a price costs 0. Close the provider (or use it
     as a context manager) to release its connections.
+
+    With `stream=True` the answer is streamed (Server-Sent Events) and asked to end with its
+    usage; the reply is the same as without streaming, and each piece of answer text is
+    handed to the call's `on_delta`, if it has one, as it arrives. What `on_delta` raises
+    ends the call and is raised unchanged: it is no failure of the provider.
     """
 
     def __init__(
@@ -280,6 +294,7 @@ class OpenAICompatible:
         max_tokens: int | None = None,
         default_headers: Mapping[str, str] | None = None,
         client: openai.OpenAI | None = None,
+        stream: bool = False,
     ) -> None:
         if not model:
             raise InvalidRequest("OpenAICompatible: model is required")
@@ -292,6 +307,7 @@ class OpenAICompatible:
         self.extra_body = dict(extra_body or {})
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.stream = stream
         if client is not None:
             self._client = client
             return
@@ -321,13 +337,33 @@ class OpenAICompatible:
         if self.extra_body:
             params["extra_body"] = self.extra_body
         try:
+            if self.stream:
+                return self._streamed(params, call.on_delta)
             raw = self._client.chat.completions.with_raw_response.create(**params)
             body = json.loads(raw.http_response.content)
             return parse_completion(body, self.model, self.prices)
+        except _DeltaCallbackFailed as failed:
+            raise failed.error from None
         except Exception as exc:
             # Everything leaves classified; what is not recognised is `unknown`, which is
             # what the ladder would make of it anyway, but with the SDK's words kept.
             raise classify_error(exc) from exc
+
+    def _streamed(
+        self, params: dict[str, Any], on_delta: Callable[[str], None] | None
+    ) -> ModelReply:
+        assembly = StreamAssembly()
+        with self._client.chat.completions.create(
+            **params, stream=True, stream_options={"include_usage": True}
+        ) as chunks:
+            for chunk in chunks:
+                text = assembly.add(chunk.to_dict())
+                if text and on_delta is not None:
+                    try:
+                        on_delta(text)
+                    except Exception as exc:
+                        raise _DeltaCallbackFailed(exc) from exc
+        return parse_completion(assembly.body(), self.model, self.prices)
 
     def close(self) -> None:
         self._client.close()
