@@ -10,6 +10,7 @@ import pytest
 import tenure
 
 EXPECTED = {
+    "Cancelled",
     "DatabaseUnavailable",
     "DecisionConflict",
     "Event",

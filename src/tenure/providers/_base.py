@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -71,6 +72,9 @@ class ModelCall:
     run_id: str
     attempt: int
     request: RunRequest
+    # Set when the segment lost its run mid-call: a provider stops waiting and raises
+    # `tenure.Cancelled` (an HTTP provider closes its request).
+    abort: threading.Event | None = None
 
 
 class Provider(Protocol):
