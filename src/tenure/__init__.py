@@ -7,6 +7,7 @@ most once, whatever crashes.
 
 from tenure import providers
 from tenure._errors import (
+    Cancelled,
     DatabaseUnavailable,
     DecisionConflict,
     InvalidRequest,
@@ -38,6 +39,7 @@ from tenure.runtime import Runtime
 __version__ = "0.1.0"
 
 __all__ = [
+    "Cancelled",
     "DatabaseUnavailable",
     "DecisionConflict",
     "Event",

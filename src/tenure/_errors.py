@@ -4,6 +4,7 @@ TenureError
  ├── InvalidRequest (also ValueError)     bad input; nothing was stored
  │    ├── UnknownTool                       a tool name no registered tool answers to
  │    └── UnknownModel                      a model name no registered provider answers to
+ ├── Cancelled                              the segment lost its run while a step ran
  ├── ProviderError                          a step failed; carries its FailureClass
  │    ├── RetryableError                    raised by a tool: fail the step, retry the run
  │    └── FallbackExhausted                 every model of a Fallback chain failed
@@ -22,6 +23,12 @@ from tenure._types import FailureClass
 
 class TenureError(Exception):
     """Base class of every error tenure raises."""
+
+
+class Cancelled(TenureError):
+    """The segment no longer holds its run (it was cancelled, reaped or redriven) while a
+    step was in flight: raised by `ToolContext.raise_if_cancelled()` and by a model call
+    that was aborted. Nothing more of the segment is recorded."""
 
 
 class InvalidRequest(TenureError, ValueError):

@@ -7,15 +7,18 @@ settles nothing, because the row belongs to whoever holds it now.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tenure import _policy, _recovery, _requests
 from tenure._classify import describe
-from tenure._errors import LeaseLost, ProviderError, RunCancelled, UnknownModel
+from tenure._errors import Cancelled, LeaseLost, ProviderError, RunCancelled, UnknownModel
 from tenure._types import (
     Event,
     EventKind,
@@ -34,6 +37,9 @@ from tenure.agent._journal import Journal, PendingCall, idempotency_key
 from tenure.agent._tools import InvalidArguments, Tool, Toolbox
 from tenure.providers._base import ModelCall, ModelReply, Provider
 from tenure.store._base import NO_USAGE, Lease, NewEvent, Settlement, Store
+
+if TYPE_CHECKING:
+    from tenure._keeper import Keeper
 
 log = logging.getLogger("tenure")
 
@@ -54,6 +60,11 @@ class Engine:
     tools: Toolbox
     models: dict[str, Provider]
     settings: Settings
+    keeper: Keeper | None = None  # renews the leases of segments in flight (SPEC §15)
+    model_timeouts: dict[str, float] = field(default_factory=dict)  # by model name
+
+    def model_timeout(self, name: str) -> float:
+        return self.model_timeouts.get(name, _policy.DEFAULT_MODEL_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,10 @@ class Segment:
     _fence: ToolEffect | None = None
     _written: list[int] = field(default_factory=list)
     _usage: Usage = field(default_factory=Usage)
+    # Set by the lease keeper when the run is no longer ours; aborts the step in flight.
+    _abort: threading.Event = field(default_factory=threading.Event)
+    _lost_cancelled: bool = False
+    _deadline: float | None = None  # the step in flight's deadline (time.monotonic)
 
     @property
     def store(self) -> Store:
@@ -98,6 +113,27 @@ class Segment:
     @property
     def run_id(self) -> str:
         return self.lease.run_id
+
+    # -- what the lease keeper asks --------------------------------------------------------
+
+    @property
+    def lease_seconds(self) -> float:
+        return self.engine.settings.lease_seconds
+
+    def renewable(self, now: float) -> bool:
+        """Renewed only while the step in flight is within its deadline: a hung step lets
+        its lease expire, and the reaper handles the run as a dead worker's."""
+        return self._deadline is None or now <= self._deadline
+
+    def lose(self, cancelled: bool) -> None:
+        """The keeper's renewal missed: the run is no longer ours. The step in flight is
+        aborted and every later write is refused without asking the database."""
+        self._lost_cancelled = cancelled
+        self._abort.set()
+
+    def _check_held(self) -> None:
+        if self._abort.is_set():
+            raise RunCancelled(self.run_id) if self._lost_cancelled else LeaseLost(self.run_id)
 
     # -- the ladder ----------------------------------------------------------------------
 
@@ -114,6 +150,16 @@ class Segment:
 
     def _execute(self, defer_end: bool) -> RunResult | Ending:
         self._defer_end = defer_end
+        keeper = self.engine.keeper
+        if keeper is not None:
+            keeper.keep(self)
+        try:
+            return self._execute_kept()
+        finally:
+            if keeper is not None:
+                keeper.release(self)
+
+    def _execute_kept(self) -> RunResult | Ending:
         try:
             request = self.request or _requests.from_json(self.raw_request)
         except Exception as exc:
@@ -129,7 +175,13 @@ class Segment:
             return self._result(Outcome.LEASE_LOST)
         except RunCancelled:
             return self._result(Outcome.CANCELLED)
+        except Cancelled:  # a step aborted because the keeper found the run gone
+            return self._result(Outcome.CANCELLED if self._lost_cancelled else Outcome.LEASE_LOST)
         except Exception as exc:
+            if self._abort.is_set():  # whatever the aborted step raised: nothing to record
+                return self._result(
+                    Outcome.CANCELLED if self._lost_cancelled else Outcome.LEASE_LOST
+                )
             return self._recover(exc)
 
     def _missing(self, request: RunRequest) -> list[str]:
@@ -166,15 +218,16 @@ class Segment:
                 return self._finish(TerminationReason.MAX_ITERATIONS)
             if _over_budget(request, journal.usage):
                 return self._finish(TerminationReason.BUDGET_EXHAUSTED)
-            reply = provider.complete(
-                ModelCall(
-                    messages=list(journal.messages),
-                    tools=self.engine.tools.specs(request.tools),
-                    run_id=self.run_id,
-                    attempt=self.lease.attempt,
-                    request=request,
-                )
+            call = ModelCall(
+                messages=list(journal.messages),
+                tools=self.engine.tools.specs(request.tools),
+                run_id=self.run_id,
+                attempt=self.lease.attempt,
+                request=request,
+                abort=self._abort,
             )
+            with self._step(self.engine.model_timeout(request.model)):
+                reply = provider.complete(call)
             llm = NewEvent(EventKind.LLM, _llm_payload(reply))
             if not reply.tool_calls:
                 return self._complete(reply, llm)
@@ -183,8 +236,18 @@ class Segment:
 
     # -- steps ---------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _step(self, timeout: float) -> Iterator[None]:
+        """A step in flight: the keeper renews the lease until `timeout` has passed."""
+        self._deadline = time.monotonic() + timeout
+        try:
+            yield
+        finally:
+            self._deadline = None
+
     def _record(self, events: list[NewEvent], usage: Usage = NO_USAGE) -> list[int]:
         """Heartbeat and append in one transaction (the step boundary)."""
+        self._check_held()
         sequences = self.store.record_step(
             self.lease, self.engine.settings.lease_seconds, events, usage
         )
@@ -245,20 +308,25 @@ class Segment:
 
     def _invoke(self, tool: Tool, key: str, values: dict[str, Any]) -> tuple[Any, str | None]:
         """Run the tool, fenced when it writes. A tool's ordinary exception is its result."""
+        self._check_held()
         if tool.effect.is_write:
             lease_for_tool = _policy.fence_lease(self.engine.settings.lease_seconds, tool.timeout)
             if not self.store.mark_fence(self.lease, tool.effect, lease_for_tool):
                 self._lost()  # the write does not run: this segment holds no lease
             self._fence = tool.effect
-        context = ToolContext(self.run_id, self.lease.attempt, key, self.lease.token, tool.effect)
+        context = ToolContext(
+            self.run_id, self.lease.attempt, key, self.lease.token, tool.effect, self._abort
+        )
         try:
-            return _to_json_value(tool.invoke(context, values)), None
-        except ProviderError:
+            with self._step(tool.timeout):
+                return _to_json_value(tool.invoke(context, values)), None
+        except (ProviderError, Cancelled):
             raise  # a classified failure fails the step: failure recovery decides
         except Exception as exc:
             return None, describe(exc)
 
     def _clear_fence(self, name: str, event: NewEvent) -> None:
+        self._check_held()  # a write whose segment lost its run leaves its fence standing
         try:
             sequence = self.store.clear_fence(self.lease, self.engine.settings.lease_seconds, event)
         except Exception as exc:
@@ -284,6 +352,7 @@ class Segment:
         waiting = {"kind": held.kind, "turn": held.turn, "calls": held.calls}
         status, kind = held.status, held.kind
         stored = None if not self.interactive else _requests.dumps(_requests.to_json(request))
+        self._check_held()
         try:
             sequences = self.store.suspend(self.lease, status, waiting, stored, timeout, [])
         except Exception as exc:
@@ -317,6 +386,7 @@ class Segment:
     def _end(self, settlement: Settlement, output: str | None = None) -> RunResult | Ending:
         """The loop's normal end: settled here, or returned for the caller to commit (a
         worker commits the ends of several runs, and its next claim, in one transaction)."""
+        self._check_held()
         if self._defer_end:
             return Ending(settlement)
         self.settle(settlement)
@@ -351,6 +421,7 @@ class Segment:
     def settle(self, settlement: Settlement) -> None:
         """A terminal state under this segment's lease; LeaseLost or RunCancelled if the
         row is no longer ours."""
+        self._check_held()
         sequences = self.store.settle(self.lease, settlement)
         if sequences is None:
             self._lost()
@@ -358,6 +429,7 @@ class Segment:
 
     def requeue(self, delay: float, failure_class: FailureClass, message: str) -> None:
         """Back to the queue after `delay`, charged to the budget; raises if not ours."""
+        self._check_held()
         if not self.store.requeue(self.lease, delay, failure_class, message):
             self._lost()
 

@@ -9,7 +9,11 @@ from dataclasses import dataclass
 from tenure._errors import InvalidRequest
 from tenure._types import FailureClass, TerminationReason, ToolEffect
 
-DEFAULT_LEASE_SECONDS = 900.0
+# The lease keeper renews in-flight leases every lease/3, so a lease needs to outlive a few
+# seconds of database trouble, not the longest step (SPEC §15).
+DEFAULT_LEASE_SECONDS = 30.0
+# How long a model call may take before its lease is no longer renewed (rt.add_model timeout).
+DEFAULT_MODEL_TIMEOUT = 600.0
 DEFAULT_MAX_REQUEUES = 3
 DEFAULT_BACKOFF_BASE = 30.0
 DEFAULT_BACKOFF_CAP = 600.0

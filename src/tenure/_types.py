@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -275,3 +276,18 @@ class ToolContext:
     idempotency_key: str
     fencing_token: int
     effect: ToolEffect
+    # Set when the segment lost its run (cancelled, reaped, redriven): see `cancelled`.
+    abort: threading.Event | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the run is no longer this segment's (cancelled, or its lease lost): a
+        long tool should stop; whatever it returns now is not recorded."""
+        return self.abort is not None and self.abort.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise `tenure.Cancelled` if `cancelled`."""
+        if self.cancelled:
+            from tenure._errors import Cancelled  # the exception tree imports this module
+
+            raise Cancelled(f"run {self.run_id} is no longer held by this segment")

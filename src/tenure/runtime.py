@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from tenure import _policy, _requests
 from tenure._errors import DecisionConflict, InvalidRequest
+from tenure._keeper import Keeper
 from tenure._ladder import Engine, Segment, Settings
 from tenure._reaper import DEFAULT_REAP_LIMIT, Reaper
 from tenure._types import (
@@ -104,6 +105,8 @@ class Runtime:
         )
         self._tools = Toolbox()
         self._models: dict[str, Provider] = {"scripted": Scripted()}
+        self._model_timeouts: dict[str, float] = {}
+        self._keeper = Keeper(lambda: self.store)
         self._store: Store | None = None
         self._lock = threading.Lock()
         self._identity = f"run:{socket.gethostname()}:{os.getpid()}"
@@ -130,7 +133,9 @@ class Runtime:
 
     @property
     def engine(self) -> Engine:
-        return Engine(self.store, self._tools, self._models, self.settings)
+        return Engine(
+            self.store, self._tools, self._models, self.settings, self._keeper, self._model_timeouts
+        )
 
     def tool(
         self,
@@ -171,11 +176,16 @@ class Runtime:
 
         return register(fn) if fn is not None else register
 
-    def add_model(self, name: str, provider: Provider) -> None:
+    def add_model(
+        self, name: str, provider: Provider, *, timeout: float = _policy.DEFAULT_MODEL_TIMEOUT
+    ) -> None:
+        """Register a model under `name`. A call to it may take up to `timeout` seconds: the
+        lease keeper renews the run's lease until then, and not after (SPEC §15)."""
         if not isinstance(name, str) or not name:
             raise InvalidRequest("a model name must be a non-empty string")
         if not callable(getattr(provider, "complete", None)):
             raise InvalidRequest(f"model {name!r}: a provider needs a complete(call) method")
+        self._model_timeouts[name] = _positive(f"model {name!r}: timeout", timeout)
         self._models[name] = provider
 
     @property
@@ -423,6 +433,9 @@ class Runtime:
         return self.store.purge(seconds)
 
     def close(self) -> None:
+        # The keeper first: a round after this point would reopen the store.
+        keeper, self._keeper = self._keeper, Keeper(lambda: self.store)
+        keeper.close()
         with self._lock:
             store, self._store = self._store, None
         if store is not None:

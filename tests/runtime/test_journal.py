@@ -91,6 +91,8 @@ def test_a_reaped_run_resumes_on_another_segment_without_repeating_steps(
     make_runtime: MakeRuntime,
 ) -> None:
     rt = make_runtime(lease_seconds=0.3)
+    # The model call outlives its deadline: the lease keeper stops renewing, the lease runs out.
+    rt.add_model("scripted", tenure.providers.Scripted(), timeout=0.1)
     reads: list[int] = []
 
     @rt.tool

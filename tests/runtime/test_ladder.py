@@ -110,7 +110,7 @@ def test_lease_lost_stops_without_writing_or_settling(make_runtime: MakeRuntime)
     rt = make_runtime(lease_seconds=0.3)
     taken: list[Any] = []
 
-    @rt.tool
+    @rt.tool(timeout=0.1)  # past its timeout the lease keeper stops renewing the lease
     def slow(ctx: ToolContext) -> str:
         time.sleep(0.5)  # the lease runs out; another worker takes the run over
         assert rt.reap().requeued == 1

@@ -10,6 +10,7 @@ import pytest
 import tenure
 
 EXPECTED = {
+    "Cancelled",
     "DatabaseUnavailable",
     "DecisionConflict",
     "Event",
@@ -120,7 +121,10 @@ def test_records_are_frozen_dataclasses_with_the_spec_fields() -> None:
     ]  # fmt: skip
     assert [f.name for f in dataclasses.fields(tenure.ToolContext)] == [
         "run_id", "attempt", "idempotency_key", "fencing_token", "effect",
+        "abort",  # SPEC §15: what `cancelled` and `raise_if_cancelled()` read
     ]  # fmt: skip
+    assert callable(tenure.ToolContext.raise_if_cancelled)
+    assert isinstance(tenure.ToolContext.cancelled, property)
     for cls in (tenure.Run, tenure.Event, tenure.RunResult, tenure.ReapReport, tenure.ToolContext):
         assert cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
 

@@ -15,6 +15,7 @@ from typing import Any
 from tenure import RunRequest
 
 TOOLS = ("lookup_order", "set_order_status", "send_invoice")
+LONG_CALL_SECONDS = 3.0
 Turn = dict[str, Any]
 
 
@@ -69,6 +70,16 @@ def _server_error(order: str, customer: str, amount: int) -> list[Turn]:
     ]
 
 
+def _long_model_call(order: str, customer: str, amount: int) -> list[Turn]:
+    # A model call longer than the demo's 2 s lease: the worker's lease keeper renews the
+    # lease while it is in flight, so the run is not requeued while its worker lives.
+    return [
+        _call("lookup_order", order_id=order),
+        {"sleep": LONG_CALL_SECONDS},
+        {"say": f"Order {order} reviewed at length."},
+    ]
+
+
 def _auth_error(order: str, customer: str, amount: int) -> list[Turn]:
     return [_call("lookup_order", order_id=order), {"fail": "auth"}, {"say": "unreachable"}]
 
@@ -81,6 +92,7 @@ SCENARIOS: dict[str, tuple[int, Callable[[str, str, int], list[Turn]]]] = {
     "rate limit": (10, _rate_limited),
     "server error": (10, _server_error),
     "auth error": (8, _auth_error),
+    "long model call": (6, _long_model_call),
 }
 
 
@@ -101,7 +113,7 @@ def workload(runs: int, seed: int = 7) -> list[RunRequest]:
         scenario = rng.choices(names, weights)[0]
         order, customer = f"o{i:04d}", f"c{rng.randrange(1000):03d}"
         script = SCENARIOS[scenario][1](order, customer, rng.randrange(500, 20_000))
-        if rng.random() < 0.7:
+        if rng.random() < 0.7 and scenario != "long model call":
             script = _with_sleep(script, rng)
         requests.append(
             RunRequest(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -98,6 +99,9 @@ class ModelCall:
     request: RunRequest
     # A streaming provider hands it each piece of answer text as it arrives.
     on_delta: Callable[[str], None] | None = None
+    # Set when the segment lost its run mid-call: a provider stops waiting and raises
+    # `tenure.Cancelled` (an HTTP provider closes its request).
+    abort: threading.Event | None = None
 
 
 class Provider(Protocol):

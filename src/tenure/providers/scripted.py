@@ -15,12 +15,13 @@ the transcript, so a resumed run continues where its journal ends.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tenure._errors import InvalidRequest, ProviderError
+from tenure._errors import Cancelled, InvalidRequest, ProviderError
 from tenure._types import FailureClass, Usage
 from tenure.providers._base import ModelCall, ModelReply, ToolCall
 
@@ -115,7 +116,7 @@ class Scripted:
         answered = sum(1 for m in call.messages if m.get("role") == "assistant")
         for turn in self._turns_before_answer(turns, answered):
             if isinstance(turn, _Sleep):
-                time.sleep(turn.sleep)
+                _sleep(turn.sleep, call.abort)
             elif isinstance(turn, _Fail) and (
                 turn.attempts is None or call.attempt in turn.attempts
             ):
@@ -159,3 +160,11 @@ class Scripted:
             else _estimate(call, str([c.args for c in calls]))
         )
         return ModelReply(text=None, tool_calls=calls, usage=usage, model="scripted")
+
+
+def _sleep(seconds: float, abort: threading.Event | None) -> None:
+    """A `sleep` turn: the model call takes that long, unless its segment loses the run."""
+    if abort is None:
+        time.sleep(seconds)
+    elif abort.wait(seconds):
+        raise Cancelled("the model call was aborted: the segment no longer holds its run")

@@ -127,6 +127,11 @@ class Store(Protocol):
     ) -> list[int] | None:
         """Heartbeat + append events in one transaction; None if the lease is lost."""
 
+    def renew_leases(self, leases: Sequence[tuple[Lease, float]]) -> set[str]:
+        """The lease keeper's round: renew each (lease, seconds) under its own ownership
+        guard, only while unexpired, never shortening it, in one statement; the run ids
+        renewed (a missing one is no longer the segment's)."""
+
     def mark_fence(self, lease: Lease, effect: ToolEffect, lease_seconds: float) -> bool: ...
 
     def clear_fence(self, lease: Lease, lease_seconds: float, event: NewEvent) -> int | None:

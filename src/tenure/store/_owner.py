@@ -133,6 +133,20 @@ class OwnerTransitions(SQLBase):
         }
         return self._guarded("record_step", params, lease.run_id, events, lease)
 
+    def renew_leases(self, leases: Sequence[tuple[Lease, float]]) -> set[str]:
+        if not leases:
+            return set()
+        batch = dumps(
+            [
+                {"id": lease.run_id, "owner": lease.owner, "token": lease.token, "lease": seconds}
+                for lease, seconds in leases
+            ]
+        )
+        rows = self._write(
+            lambda cur: cur.execute(self._q["renew_leases"], {"batch": batch}).fetchall()
+        )
+        return {row[0] for row in rows}
+
     def mark_fence(self, lease: Lease, effect: ToolEffect, lease_seconds: float) -> bool:
         params = {**self._lease_params(lease), "effect": str(effect), "lease": lease_seconds}
         return self._guarded("mark_fence", params, lease.run_id, []) is not None

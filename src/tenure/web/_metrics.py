@@ -228,6 +228,13 @@ class ObservedStore:
             self._boundary(lease, events, usage)
         return sequences
 
+    def renew_leases(self, leases: Sequence[tuple[Lease, float]]) -> set[str]:
+        renewed: set[str] = self.inner.renew_leases(leases)
+        for lease, _ in leases:
+            if lease.run_id not in renewed:
+                self._missed(lease)
+        return renewed
+
     def mark_fence(self, lease: Lease, effect: ToolEffect, lease_seconds: float) -> bool:
         won = self.inner.mark_fence(lease, effect, lease_seconds)
         if not won:

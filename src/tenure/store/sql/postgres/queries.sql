@@ -117,6 +117,19 @@ UPDATE tenure_runs
    AND lease_token = %(token)s
 RETURNING last_sequence, attempt, lease_token;
 
+-- name: renew_leases
+-- The lease keeper's round: every lease of %(batch)s (a JSON array of {id, owner, token,
+-- lease}) renewed under its own ownership guard, in one statement. Only a lease that has
+-- not expired is renewed (a worker that was frozen past its lease keeps nothing), and a
+-- renewal never shortens a lease (a write's fence lease covers its tool's timeout).
+UPDATE tenure_runs r
+   SET lease_expires = GREATEST(r.lease_expires, {now} + make_interval(secs => b.lease))
+  FROM json_to_recordset(%(batch)s::json) AS b(id text, owner text, token bigint,
+                                                lease double precision)
+ WHERE r.id = b.id AND r.status = 'running' AND r.claimed_by = b.owner
+   AND r.lease_token = b.token AND r.lease_expires >= {now}
+RETURNING r.id;
+
 -- name: mark_fence
 -- Stamp the effect of the write about to run; the lease is renewed to cover the tool.
 UPDATE tenure_runs

@@ -71,6 +71,19 @@ UPDATE tenure_runs
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
 RETURNING last_sequence, attempt, lease_token;
 
+-- name: renew_leases
+-- The lease keeper's round: every lease of :batch (a JSON array of {id, owner, token,
+-- lease}) renewed under its own ownership guard, in one statement. Only a lease that has
+-- not expired is renewed (a worker that was frozen past its lease keeps nothing), and a
+-- renewal never shortens a lease (a write's fence lease covers its tool's timeout).
+UPDATE tenure_runs INDEXED BY sqlite_autoindex_tenure_runs_1
+   SET lease_expires = MAX(lease_expires, {now} + json_extract(b.value, '$.lease'))
+  FROM json_each(:batch) AS b
+ WHERE tenure_runs.id = json_extract(b.value, '$.id') AND status = 'running'
+   AND claimed_by = json_extract(b.value, '$.owner')
+   AND lease_token = json_extract(b.value, '$.token') AND lease_expires >= {now}
+RETURNING id;
+
 -- name: mark_fence
 -- Stamp the effect of the write about to run; the lease is renewed to cover the tool.
 UPDATE tenure_runs

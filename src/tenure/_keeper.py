@@ -1,0 +1,127 @@
+"""The lease keeper (SPEC §15): renews the leases of every segment in flight in this process,
+in the background, so that a step may take minutes under a lease of seconds.
+
+Every `lease / 3` the keeper renews, in one statement, the lease of each registered segment
+whose current step is still within its deadline (a tool's `timeout`, a model call's). A step
+past its deadline is no longer renewed: its lease expires and the reaper handles the run as
+a dead worker's (a write's fence stands). A renewal that misses its guard (the run was
+cancelled, reaped or redriven, or this process was frozen past its lease) marks the segment
+lost at once: its next write is refused without asking the database, its model call is
+aborted, and its tool sees `ctx.cancelled`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from tenure._classify import describe
+from tenure._types import RunStatus
+from tenure.store._base import Lease, Store
+
+log = logging.getLogger("tenure.keeper")
+
+# A round every this fraction of the shortest lease held: two rounds may fail before a lease
+# runs out.
+ROUND_OF_LEASE = 1 / 3
+
+
+class Kept(Protocol):
+    """What the keeper needs of a segment."""
+
+    @property
+    def lease(self) -> Lease: ...
+
+    @property
+    def lease_seconds(self) -> float: ...
+
+    def renewable(self, now: float) -> bool:
+        """Whether its current step is within its deadline (by `time.monotonic`)."""
+
+    def lose(self, cancelled: bool) -> None:
+        """The run is no longer this segment's: stop, write nothing more."""
+
+
+class Keeper:
+    def __init__(
+        self, store: Callable[[], Store], *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._store = store  # a callable: the Runtime opens its store on first use
+        self._clock = clock
+        self._kept: dict[str, Kept] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.rounds = 0
+
+    def keep(self, segment: Kept) -> None:
+        """Renew `segment`'s lease from now on, until `release`."""
+        with self._lock:
+            if self._closed:
+                return
+            self._kept[segment.lease.run_id] = segment
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="tenure-lease-keeper", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()  # a shorter lease may need an earlier round
+
+    def release(self, segment: Kept) -> None:
+        with self._lock:
+            if self._kept.get(segment.lease.run_id) is segment:
+                del self._kept[segment.lease.run_id]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            thread, self._thread = self._thread, None
+        self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+
+    def _interval(self) -> float:
+        with self._lock:
+            leases = [s.lease_seconds for s in self._kept.values()]
+        return min(leases) * ROUND_OF_LEASE if leases else 1.0
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait(self._interval())
+            self._wake.clear()
+            with self._lock:
+                if self._closed:
+                    return
+            try:
+                self.run_once()
+            except Exception as exc:  # the database is out of reach: the next round retries
+                log.warning("lease keeper: renewal failed (%s)", describe(exc))
+
+    def run_once(self) -> None:
+        """One round: every renewable lease in one statement; the misses are lost."""
+        now = self._clock()
+        with self._lock:
+            due = [s for s in self._kept.values() if s.renewable(now)]
+        if not due:
+            return
+        store = self._store()
+        renewed = store.renew_leases([(s.lease, s.lease_seconds) for s in due])
+        self.rounds += 1
+        for segment in due:
+            if segment.lease.run_id in renewed:
+                continue
+            with self._lock:
+                if self._kept.get(segment.lease.run_id) is not segment:
+                    continue  # it ended meanwhile: its own writes settled it
+            cancelled = store.run_status(segment.lease.run_id) is RunStatus.CANCELLED
+            log.warning(
+                "run %s: the lease keeper's renewal missed (%s); the segment stops",
+                segment.lease.run_id,
+                "cancelled" if cancelled else "lease lost",
+            )
+            segment.lose(cancelled)
+            self.release(segment)
