@@ -3,7 +3,9 @@ which streams real Server-Sent Events."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -260,3 +262,25 @@ def test_a_run_with_a_streaming_model_completes(
     assert (stats.streamed, stats.answered) == (2, 2)
     assert (run.input_tokens, run.output_tokens) == (stats.prompt_tokens, stats.completion_tokens)
     assert run.input_tokens > 0
+
+
+def test_an_aborted_streaming_call_stops_between_chunks_and_closes_the_stream(
+    make_fake: MakeFake, make_provider: MakeProvider
+) -> None:
+    """SPEC §15: the lease keeper aborts a model call whose run is no longer the segment's;
+    a streaming call stops at the next chunk and closes its HTTP response."""
+    fake = make_fake(chunk_interval=0.02)
+    provider = make_provider(fake.url, model=MODEL, stream=True)
+    abort = threading.Event()
+    deltas: list[str] = []
+
+    def on_delta(text: str) -> None:
+        deltas.append(text)
+        if len(deltas) == 3:
+            abort.set()
+
+    aborted = dataclasses.replace(call(on_delta=on_delta), abort=abort)
+    with pytest.raises(tenure.Cancelled):
+        provider.complete(aborted)
+    assert len(deltas) == 3  # nothing after the abort
+    assert provider.complete(call()).text  # the provider works on

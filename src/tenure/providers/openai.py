@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,7 +35,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "tenure.providers.OpenAICompatible needs the openai package: pip install 'tenure[openai]'"
     ) from exc
 
-from tenure._errors import InvalidRequest, ProviderError
+from tenure._errors import Cancelled, InvalidRequest, ProviderError
 from tenure._types import FailureClass, Usage
 from tenure.providers._base import MALFORMED_ARGUMENTS_KEY, ModelCall, ModelReply, Price, ToolCall
 from tenure.providers._http import parse_retry_after
@@ -338,25 +339,33 @@ class OpenAICompatible:
             params["extra_body"] = self.extra_body
         try:
             if self.stream:
-                return self._streamed(params, call.on_delta)
+                return self._streamed(params, call.on_delta, call.abort)
             raw = self._client.chat.completions.with_raw_response.create(**params)
             body = json.loads(raw.http_response.content)
             return parse_completion(body, self.model, self.prices)
         except _DeltaCallbackFailed as failed:
             raise failed.error from None
+        except Cancelled:
+            raise
         except Exception as exc:
             # Everything leaves classified; what is not recognised is `unknown`, which is
             # what the ladder would make of it anyway, but with the SDK's words kept.
             raise classify_error(exc) from exc
 
     def _streamed(
-        self, params: dict[str, Any], on_delta: Callable[[str], None] | None
+        self,
+        params: dict[str, Any],
+        on_delta: Callable[[str], None] | None,
+        abort: threading.Event | None,
     ) -> ModelReply:
         assembly = StreamAssembly()
         with self._client.chat.completions.create(
             **params, stream=True, stream_options={"include_usage": True}
         ) as chunks:
             for chunk in chunks:
+                if abort is not None and abort.is_set():
+                    # Leaving the `with` closes the HTTP response: the server stops too.
+                    raise Cancelled("the model call was aborted: the run is no longer ours")
                 text = assembly.add(chunk.to_dict())
                 if text and on_delta is not None:
                     try:
