@@ -125,6 +125,10 @@ class Segment:
         its lease expire, and the reaper handles the run as a dead worker's."""
         return self._deadline is None or now <= self._deadline
 
+    def overdue(self, now: float) -> bool:
+        """The step in flight has run past its deadline (a hung tool or model call)."""
+        return self._deadline is not None and now > self._deadline
+
     def lose(self, cancelled: bool) -> None:
         """The keeper's renewal missed: the run is no longer ours. The step in flight is
         aborted and every later write is refused without asking the database."""

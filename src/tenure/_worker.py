@@ -43,7 +43,7 @@ from tenure._ladder import Ending, Engine, Segment
 from tenure._reaper import Reaper
 from tenure._recovery import dead_letter
 from tenure._types import FailureClass, Outcome, ToolEffect
-from tenure.store._base import Claimed
+from tenure.store._base import Claimed, Lease
 
 log = logging.getLogger("tenure.worker")
 
@@ -57,6 +57,8 @@ PREFETCH_BELOW_SECONDS = 0.05
 SEGMENT_EWMA_WEIGHT = 0.2
 # A buffered run that waited longer than this fraction of its lease is not started.
 MAX_BUFFER_WAIT_OF_LEASE = 0.25
+# How often the worker looks for a step hung past its deadline, whose slot it gives back.
+HUNG_CHECK_SECONDS = 0.5
 # How often a drain tries release, then a fenced dead-letter, while its segment still runs.
 HAND_BACK_ATTEMPTS = 3
 _worker_numbers = itertools.count(1)
@@ -105,6 +107,11 @@ class Worker:
         self._buffered = 0
         self._segment_seconds: float | None = None  # EWMA; None until a segment ended
         self._active: dict[str, Segment] = {}
+        # Leases whose hung step's slot was replaced (a lease, not a run: the run may come back
+        # to this worker under a new token while the abandoned thread still hangs).
+        self._abandoned: set[Lease] = set()
+        self._slot_numbers = itertools.count(1)
+        self._next_hung_check = 0.0
         self._lock = threading.Lock()
         self._completer = Completer(
             engine.store,
@@ -143,13 +150,10 @@ class Worker:
     # -- the loop ------------------------------------------------------------------------
 
     def run(self) -> WorkerStats:
-        slots = [
-            threading.Thread(target=self._slot, name=f"tenure-slot-{i}", daemon=True)
-            for i in range(self.concurrency)
-        ]
+        for _ in range(self.concurrency):
+            self._start_slot()
         reaper = threading.Thread(target=self._reap_loop, name="tenure-reaper", daemon=True)
-        for thread in [*slots, reaper]:
-            thread.start()
+        reaper.start()
         log.info("%s started: concurrency %d", self.identity, self.concurrency)
         unsubscribe = self.engine.store.subscribe(self.wake)
         with self._signals():
@@ -158,7 +162,7 @@ class Worker:
             finally:
                 unsubscribe()
                 self._drain()
-                for _ in slots:
+                for _ in range(self.concurrency):
                     self._jobs.put(None)
         if self._gone is not None:
             raise self._gone
@@ -166,6 +170,7 @@ class Worker:
 
     def _claim_loop(self) -> None:
         while not self._stopping.is_set():
+            self._give_back_hung_slots()
             cycle = self._completer.cycle(self._room, overdue_only=True)
             if cycle is not None and (cycle.claimed or cycle.settled):
                 continue
@@ -270,13 +275,48 @@ class Worker:
             self._completer.forget(item.lease.run_id)
             self._wake.set()
 
+    def _start_slot(self) -> None:
+        number = next(self._slot_numbers)
+        threading.Thread(target=self._slot, name=f"tenure-slot-{number}", daemon=True).start()
+
+    def _give_back_hung_slots(self) -> None:
+        """A step past its deadline (a tool that never returns) must not hold its slot
+        forever: the segment is abandoned (its lease is no longer renewed, every write it
+        tries later is refused), a new slot thread takes its place, and the old thread ends
+        when the step returns, if it ever does. Looked at every `HUNG_CHECK_SECONDS`."""
+        now = time.monotonic()
+        if now < self._next_hung_check:
+            return
+        self._next_hung_check = now + HUNG_CHECK_SECONDS
+        with self._lock:
+            hung = [s for s in self._active.values() if s.overdue(now)]
+            for segment in hung:
+                del self._active[segment.run_id]
+                self._abandoned.add(segment.lease)
+                self._inflight -= 1
+        for segment in hung:
+            segment.lose(cancelled=False)
+            self._completer.forget(segment.run_id)
+            log.warning(
+                "run %s: its step ran past its deadline; the slot is given back (the step's "
+                "thread is abandoned, and nothing it returns is recorded)",
+                segment.run_id,
+            )
+            self._start_slot()
+
     def _slot(self) -> None:
         while (item := self._take()) is not None:
-            if not self._execute(item):
-                # The run left the slot here (not at a commit): the slot is free again.
-                with self._lock:
+            ended_here = not self._execute(item)
+            with self._lock:
+                if item.lease in self._abandoned:
+                    # A new slot took this one's place while its step hung: end the thread.
+                    self._abandoned.discard(item.lease)
+                    return
+                if ended_here:
+                    # The run left the slot here (not at a commit): the slot is free again.
                     self._active.pop(item.lease.run_id, None)
                     self._inflight -= 1
+            if ended_here:
                 self._completer.forget(item.lease.run_id)
             self._wake.set()
 

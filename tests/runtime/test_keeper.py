@@ -203,3 +203,43 @@ def test_a_tool_sees_that_its_run_was_cancelled(make_runtime: MakeRuntime) -> No
     segment.join(10)
     assert seen == [True] and result[0].outcome is Outcome.CANCELLED
     assert [e.kind for e in rt.events(run_id)][-1] is EventKind.CANCELLED
+
+
+def test_a_tool_that_never_returns_gives_its_slot_back(make_runtime: MakeRuntime) -> None:
+    """Concurrency 1: the first run's tool hangs past its timeout on attempt 0; its slot is
+    given back (the thread abandoned), so the second run completes while the tool still
+    hangs; the first run is reaped, resumes and completes; the hung call's late result is
+    never recorded."""
+    rt = make_runtime(lease_seconds=0.6)
+    unblock = threading.Event()
+
+    @rt.tool(timeout=0.3)
+    def stuck(ctx: tenure.ToolContext) -> int:
+        if ctx.attempt == 0:
+            unblock.wait(30)
+        return ctx.attempt
+
+    hung = rt.enqueue(
+        RunRequest(
+            prompt="p",
+            model="scripted",
+            tools=["stuck"],
+            script=[{"call": [{"tool": "stuck"}]}, {"say": "ok"}],
+        )
+    )
+    plain = rt.enqueue(sleeping(0.0))
+    worker = rt.worker(concurrency=1, poll_interval=0.05)
+    thread = run_worker(worker)
+    try:
+        wait_for(lambda: status(rt, plain) is RunStatus.COMPLETED, 15)
+        assert not unblock.is_set()  # completed while the first tool still hangs
+        wait_for(lambda: status(rt, hung) is RunStatus.COMPLETED, 15)
+    finally:
+        unblock.set()
+        worker.stop()
+        thread.join(10)
+    assert not thread.is_alive()
+    assert worker.inflight == 0
+    tool_events = [e for e in rt.events(hung) if e.kind is EventKind.TOOL]
+    assert [e.payload["result"] for e in tool_events] == [1]  # attempt 1's; never attempt 0's
+    assert rt.status(hung).requeue_count == 1  # type: ignore[union-attr]
