@@ -36,6 +36,10 @@ def load_app(spec: str | None) -> Runtime:
     """The Runtime at `MODULE:ATTR` (ATTR defaults to `app`)."""
     spec = spec or DEFAULT_APP
     module_name, _, attr = spec.partition(":")
+    # Said when the attribute is missing: the user may not know that `:app` was assumed.
+    assumed = (
+        "" if attr else f" (the attribute looked for when none is named; use {module_name}:ATTR)"
+    )
     attr = attr or "app"
     if not module_name:
         raise UsageError(f"--app {spec!r}: expected MODULE:ATTR, e.g. myproject.agents:rt")
@@ -54,7 +58,9 @@ def load_app(spec: str | None) -> Runtime:
         try:
             found = getattr(found, part)
         except AttributeError:
-            raise UsageError(f"--app {spec}: module {module_name!r} has no {attr!r}") from None
+            raise UsageError(
+                f"--app {spec}: module {module_name!r} has no {attr!r}{assumed}"
+            ) from None
     if not isinstance(found, Runtime):
         raise UsageError(f"--app {spec}: {attr} is a {type(found).__name__}, not a tenure.Runtime")
     return found

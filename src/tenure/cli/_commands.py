@@ -330,9 +330,31 @@ def demo(ctx: Context, args: argparse.Namespace) -> int:
     )
 
 
-def serve(ctx: Context, args: argparse.Namespace) -> int:
-    from tenure.web._serve import serve as run_server
+# What the web extra brings: a base install that lacks one of them cannot serve.
+WEB_EXTRA_MODULES = frozenset(
+    {
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "jinja2",
+        "multipart",
+        "python_multipart",
+        "prometheus_client",
+    }
+)
 
+
+def serve(ctx: Context, args: argparse.Namespace) -> int:
+    try:
+        from tenure.web._serve import serve as run_server
+    except ImportError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in WEB_EXTRA_MODULES:
+            raise
+        raise CliError(
+            f"tenure serve needs the web extra ({missing} is not installed): "
+            "pip install 'tenure[web]'"
+        ) from None
     return run_server(ctx, args)
 
 
