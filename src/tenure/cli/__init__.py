@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from tenure import InvalidRequest, TenureError
-from tenure.cli._app import CliError, Context, UsageError
+from tenure._command import CliError, Context, UsageError
 from tenure.cli._commands import HANDLERS
 from tenure.cli._output import error
 from tenure.cli._parser import build, join_negative_values

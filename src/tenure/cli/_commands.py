@@ -25,8 +25,8 @@ from tenure import (
     TerminationReason,
     ToolEffect,
 )
+from tenure._command import CliError, Context, NotFound, UsageError
 from tenure._policy import MAX_NESTING_DEPTH
-from tenure.cli._app import CliError, Context, NotFound, UsageError
 from tenure.cli._human import HANDLERS as human_handlers
 from tenure.cli._output import (
     err,
@@ -330,31 +330,9 @@ def demo(ctx: Context, args: argparse.Namespace) -> int:
     )
 
 
-# What the web extra brings: a base install that lacks one of them cannot serve.
-WEB_EXTRA_MODULES = frozenset(
-    {
-        "fastapi",
-        "starlette",
-        "uvicorn",
-        "jinja2",
-        "multipart",
-        "python_multipart",
-        "prometheus_client",
-    }
-)
-
-
 def serve(ctx: Context, args: argparse.Namespace) -> int:
-    try:
-        from tenure.web._serve import serve as run_server
-    except ImportError as exc:
-        missing = (exc.name or "").partition(".")[0]
-        if missing not in WEB_EXTRA_MODULES:
-            raise
-        raise CliError(
-            f"tenure serve needs the web extra ({missing} is not installed): "
-            "pip install 'tenure[web]'"
-        ) from None
+    from tenure.cli._serve import serve as run_server
+
     return run_server(ctx, args)
 
 

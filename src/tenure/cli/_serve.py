@@ -11,9 +11,21 @@ import socket
 import sys
 import threading
 
-from tenure.cli._app import CliError, Context, UsageError
+from tenure._command import CliError, Context, UsageError
 from tenure.cli._output import err
 
+# What the web extra brings: a base install that lacks one of them cannot serve.
+WEB_EXTRA_MODULES = frozenset(
+    {
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "jinja2",
+        "multipart",
+        "python_multipart",
+        "prometheus_client",
+    }
+)
 TOKEN_VARIABLE = "TENURE_API_TOKEN"
 HOSTS_VARIABLE = "TENURE_ALLOWED_HOSTS"
 _HOST_NAME = re.compile(r"^[a-z0-9_.:-]+$")
@@ -30,8 +42,12 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
 
         from tenure.web import WritesNeedToken, create_app
     except ImportError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in WEB_EXTRA_MODULES:
+            raise
         raise CliError(
-            f"tenure serve needs the web extra ({exc.name} is missing): pip install 'tenure[web]'"
+            f"tenure serve needs the web extra ({missing} is not installed): "
+            "pip install 'tenure[web]'"
         ) from None
     tracing = None
     if args.otel:

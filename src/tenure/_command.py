@@ -1,5 +1,10 @@
-"""Which Runtime the command works with: `--app MODULE:ATTR` (the user's, with its tools and
-models, found the way `celery -A` finds an app) or the built-in demo app, on `--database`."""
+"""What every command gets, wherever it is written (`tenure.cli`, `tenure.demo`): the errors
+that end a command in one line, and the Runtime it works with: `--app MODULE:ATTR` (the
+user's, with its tools and models, found the way `celery -A` finds an app) or the built-in
+demo app, on `--database`.
+
+It imports nothing of the command line, the dashboard or the demo, so that each of them can
+import it without importing the others."""
 
 from __future__ import annotations
 
