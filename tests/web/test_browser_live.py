@@ -100,3 +100,19 @@ def test_dead_letters_follow_live(any_page: Any, any_rt: tenure.Runtime) -> None
 
 def _store(rt: tenure.Runtime) -> str:
     return "sqlite" if rt.database_url.startswith("sqlite") else "postgres"
+
+
+def test_prompt_column_reveal_and_the_timing_columns(any_page: Any, any_rt: tenure.Runtime) -> None:
+    page, rt = any_page, any_rt
+    seeded = seed(rt)
+    log_in(page)
+    page.goto("/")
+    completed = page.locator(f"tr[data-run='{seeded.completed}'] td.prompt")
+    assert completed.inner_text() == "hidden"
+    later = page.locator(f"tr[data-run='{seeded.queued}'] td.timing")
+    assert later.inner_text().startswith("next attempt in 59m")
+    page.click("text=reveal prompts")
+    page.wait_for_url("**reveal=true")
+    completed = page.locator(f"tr[data-run='{seeded.completed}'] td.prompt")
+    assert completed.inner_text() == "the customer's secret prompt"
+    shot(page, f"runs_revealed_{_store(rt)}")
