@@ -212,3 +212,25 @@ def test_metrics_per_queue_oldest_ready_and_expired_leases(
     assert 'tenure_queue_oldest_ready_seconds{queue="reports"} 0.0' in text
     assert 'tenure_leases_expired{queue="reports"} 1.0' in text
     assert 'tenure_leases_expired{queue="emails"} 0.0' in text
+
+
+def test_queues_and_workers_in_the_api(any_client: TestClient, any_rt: tenure.Runtime) -> None:
+    any_rt.enqueue_many([_request(queue="emails") for _ in range(2)])
+    assert len(any_rt.store.claim("worker:host-a:1:1", ["emails"], 60, 1)) == 1
+    queues = any_client.get("/api/queues", headers=AUTH).json()
+    assert queues == [
+        {
+            "queue": "emails",
+            "queued": 1,
+            "ready": 1,
+            "backing_off": 0,
+            "running": 1,
+            "waiting": 0,
+            "oldest_ready_seconds": queues[0]["oldest_ready_seconds"],
+        }
+    ]
+    (worker,) = any_client.get("/api/workers", headers=AUTH).json()
+    assert worker["owner"] == "worker:host-a:1:1" and worker["runs_held"] == 1
+    assert worker["expired_leases"] == 0 and worker["stalled"] is False
+    assert worker["queues"] == ["emails"] and worker["last_renewal"]
+    assert any_client.get("/api/workers").status_code == 401
