@@ -166,7 +166,9 @@ def test_bulk_redrive_is_capped_skips_fences_and_is_audited(
     client = make_client()
     more = seed(rt)
     dry = client.post("/api/redrive", json={"dry_run": True}, headers=AUTH).json()
-    assert sorted(dry["redriven"]) == sorted([seeded.dead, more.dead])
+    # A dry run redrives nothing, and says so: its candidates are under would_redrive.
+    assert dry["redriven"] == []
+    assert sorted(dry["would_redrive"]) == sorted([seeded.dead, more.dead])
     assert sorted(dry["skipped_fenced"]) == sorted([seeded.fenced, more.fenced])
     assert rt.status(seeded.dead).is_dead_letter  # type: ignore[union-attr]
 

@@ -45,9 +45,12 @@ def test_runs_page_filters_and_pages(client: TestClient, rt: tenure.Runtime) -> 
     login(client)
     rt.enqueue_many([tenure.RunRequest(prompt="x", script=[{"say": "x"}]) for _ in range(55)])
     first = client.get("/")
-    assert first.text.count('class="mono" href="/runs/') == 50 and 'rel="next"' in first.text
+    assert first.text.count('class="mono run-id" href="/runs/') == 50 and 'rel="next"' in first.text
     next_url = first.text.split('rel="next" href="')[1].split('"')[0].replace("&amp;", "&")
     second = client.get(next_url)
-    assert second.text.count('class="mono" href="/runs/') == 5 and 'rel="next"' not in second.text
+    assert (
+        second.text.count('class="mono run-id" href="/runs/') == 5
+        and 'rel="next"' not in second.text
+    )
     none = client.get("/?status=running")
     assert "no runs" in none.text

@@ -13,10 +13,10 @@ import sys
 from collections.abc import Sequence
 
 from tenure import InvalidRequest, TenureError
-from tenure.cli._app import CliError, Context, UsageError
+from tenure._command import CliError, Context, UsageError
 from tenure.cli._commands import HANDLERS
 from tenure.cli._output import error
-from tenure.cli._parser import build
+from tenure.cli._parser import build, join_negative_values
 
 __all__ = ["main"]
 
@@ -43,7 +43,7 @@ def _check_text_arguments(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build(HANDLERS)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else argv))
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2

@@ -25,8 +25,8 @@ from tenure import (
     TerminationReason,
     ToolEffect,
 )
+from tenure._command import CliError, Context, NotFound, UsageError
 from tenure._policy import MAX_NESTING_DEPTH
-from tenure.cli._app import CliError, Context, NotFound, UsageError
 from tenure.cli._human import HANDLERS as human_handlers
 from tenure.cli._output import (
     err,
@@ -331,7 +331,7 @@ def demo(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def serve(ctx: Context, args: argparse.Namespace) -> int:
-    from tenure.web._serve import serve as run_server
+    from tenure.cli._serve import serve as run_server
 
     return run_server(ctx, args)
 

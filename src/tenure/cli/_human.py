@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tenure import DecisionConflict, Run, RunStatus
-from tenure.cli._app import CliError, Context, NotFound, UsageError
+from tenure._command import CliError, Context, NotFound, UsageError
 from tenure.cli._output import clip, out, print_json, status_text, table, when
 
 

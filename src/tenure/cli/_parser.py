@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from rich.text import Text
@@ -23,6 +23,8 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports a usage mistake in one line, exit code 2."""
 
     def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments:") and _names_a_global(message):
+            message += f"; global options go before the command: {GLOBAL_ORDER}"
         err.print(
             Text(f"{self.prog}: error: ", style="bold red")
             + Text(f"{message} (see '{self.prog} --help')")
@@ -30,8 +32,39 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+GLOBAL_OPTIONS = ("--database", "--app")
+GLOBAL_ORDER = "tenure --database URL --app MODULE:ATTR COMMAND ..."
+
+
+def _names_a_global(message: str) -> bool:
+    words = message.partition(":")[2].split()
+    return any(w.partition("=")[0] in GLOBAL_OPTIONS for w in words)
+
+
+_NEGATIVE = re.compile(r"^-\d")
+
+
+def join_negative_values(argv: Sequence[str]) -> list[str]:
+    """`--older-than -5d` as `--older-than=-5d`: argparse takes a value that starts with a
+    dash and is not a plain number for an option, and would say only "expected one argument";
+    joined, the value reaches its type, which says what is wrong with it."""
+    out: list[str] = []
+    for word in argv:
+        previous = out[-1] if out else ""
+        if _NEGATIVE.match(word) and previous.startswith("--") and "=" not in previous:
+            out[-1] = f"{previous}={word}"
+        else:
+            out.append(word)
+    return out
+
+
 def duration(text: str) -> float:
     """`30d`, `12h`, `45m`, `90s` (a number and a unit) in seconds."""
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(
+            f"bad duration {text!r}: it cannot be negative; use a number and a unit s, m, h or d, "
+            "e.g. 30d or 12h"
+        )
     match = _DURATION.match(text)
     if not match:
         raise argparse.ArgumentTypeError(
@@ -155,7 +188,13 @@ def build(handlers: dict[str, Handler]) -> Parser:
     _request_options(p)
 
     p = command("worker", "work the queue; SIGTERM or Ctrl-C drains it gracefully")
-    p.add_argument("--concurrency", type=positive_int, default=4, metavar="N")
+    p.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=4,
+        metavar="N",
+        help="how many runs this worker executes at once (default 4)",
+    )
     p.add_argument(
         "--queue", dest="queues", action="append", metavar="Q", help="only this queue (repeatable)"
     )

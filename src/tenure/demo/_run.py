@@ -30,7 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tenure import RunStatus
-from tenure.cli._app import CliError, UsageError
+from tenure._command import CliError, UsageError
 from tenure.demo._app import app, connect, sqlite_path
 from tenure.demo._audit import Audit, audit
 from tenure.demo._workload import SCENARIOS, workload

@@ -86,6 +86,44 @@ def conninfo_from_url(url: str) -> str:
     return pg_conninfo.make_conninfo(url, **{k: v for k, v in defaults.items() if k not in given})
 
 
+# Errors that waiting does not heal: a database that does not exist, credentials the server
+# refuses, a host name nobody can resolve. They fail at once instead of using up the retry
+# window (and filling the log) on something only a person can fix.
+_PERMANENT_ERRORS = (
+    psycopg.errors.InvalidCatalogName,
+    psycopg.errors.InvalidPassword,
+    psycopg.errors.InvalidAuthorizationSpecification,
+)
+# A connection attempt fails before any SQLSTATE exists: libpq's words are all there is.
+_PERMANENT_MESSAGES = (
+    "does not exist",
+    "password authentication failed",
+    "could not translate host name",
+    "failed to resolve host",  # psycopg resolves names itself before libpq does
+    "no password supplied",
+)
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Whether a connection or statement error cannot heal by waiting and retrying."""
+    if isinstance(exc, _PERMANENT_ERRORS):
+        return True
+    if not isinstance(exc, psycopg.OperationalError) or exc.sqlstate is not None:
+        return False
+    message = str(exc)
+    return any(words in message for words in _PERMANENT_MESSAGES)
+
+
+def one_line(exc: BaseException) -> str:
+    """libpq's message (one line per address it tried) as one line, without repeats."""
+    parts: list[str] = []
+    for line in str(exc).splitlines():
+        line = " ".join(line.split())
+        if line and line not in parts:
+            parts.append(line)
+    return "; ".join(parts)
+
+
 class _CommitUnknown(Exception):
     """The connection was lost while COMMIT was in flight."""
 
@@ -153,11 +191,23 @@ class PostgresStore(SQLStore):
             if self._closed:
                 raise StoreError("the store is closed")
             if not self._opened:
+                self._first_connection()
                 self._pool.open(wait=False)
                 self._opened = True
         timeout = max(0.01, min(CHECKOUT_TIMEOUT_SECONDS, deadline - time.monotonic()))
         with self._pool.connection(timeout=timeout) as conn:
             yield conn
+
+    def _first_connection(self) -> None:
+        """Connect once before the pool does: the pool retries every failure in the background
+        and reports only a timeout, so an error that cannot heal would cost the whole retry
+        window and a warning per attempt before anyone heard of it."""
+        try:
+            psycopg.connect(self.conninfo).close()
+        except psycopg.OperationalError as exc:
+            if is_permanent(exc):
+                raise DatabaseUnavailable(f"{self._where()}: {one_line(exc)}") from exc
+            # Anything else may heal (a server starting up): the pool's retries take over.
 
     def close(self) -> None:
         with self._lock:
@@ -190,12 +240,14 @@ class PostgresStore(SQLStore):
             except (psycopg.IntegrityError, psycopg.DataError) as exc:
                 raise StoreError(f"{self._where()} refused the {what}: {exc}") from exc
             except psycopg.OperationalError as exc:
+                if is_permanent(exc):
+                    raise DatabaseUnavailable(f"{self._where()}: {one_line(exc)}") from exc
                 cause = exc
                 self._drop_dead_connections()
             except psycopg.Error as exc:
                 raise StoreError(f"{self._where()}: {what} failed: {exc}") from exc
             if time.monotonic() + delay >= deadline:
-                reason = self._diagnose() if isinstance(cause, PoolTimeout) else str(cause)
+                reason = self._diagnose() if isinstance(cause, PoolTimeout) else one_line(cause)
                 raise DatabaseUnavailable(
                     f"{self._where()} unavailable for {self.retry_seconds:g}s: {reason}"
                 ) from cause
@@ -208,7 +260,7 @@ class PostgresStore(SQLStore):
         try:
             psycopg.connect(self.conninfo).close()
         except psycopg.Error as exc:
-            return str(exc)
+            return one_line(exc)
         return "no pooled connection became free in time"
 
     def _drop_dead_connections(self) -> None:

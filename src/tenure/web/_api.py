@@ -251,6 +251,24 @@ def leases(request: Request, caller: Reader) -> list[dict[str, Any]]:
     return [h.to_json() for h in web_of(request).leases()]
 
 
+@router.get(
+    "/queues",
+    summary="Per queue: runs queued (ready, backing off), running, waiting; the oldest ready wait",
+)
+def queues(request: Request, caller: Reader) -> list[dict[str, Any]]:
+    web = web_of(request)
+    return [q.to_json() for q in web.queues(web.store.now())]
+
+
+@router.get(
+    "/workers",
+    summary="Lease owners: runs held, expired leases, last renewal (from their leases)",
+)
+def workers(request: Request, caller: Reader) -> list[dict[str, Any]]:
+    web = web_of(request)
+    return [w.to_json() for w in web.workers(web.store.now())]
+
+
 # -- writes ------------------------------------------------------------------------------------
 
 

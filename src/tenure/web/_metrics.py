@@ -79,6 +79,71 @@ class RunsCollector(Collector):
         yield by_reason
 
 
+# Per-queue gauges read at most this many runs of each non-terminal status per scrape (the
+# store has no per-queue count yet).
+QUEUE_SCAN_LIMIT = 10_000
+_ACTIVE = (
+    RunStatus.QUEUED,
+    RunStatus.RUNNING,
+    RunStatus.WAITING_FOR_APPROVAL,
+    RunStatus.WAITING_FOR_INPUT,
+)
+
+
+class QueuesCollector(Collector):
+    """Per queue, read from the store per scrape: `tenure_queue_runs{queue,status}` (runs not
+    yet ended), `tenure_queue_oldest_ready_seconds{queue}` (how long the longest-waiting
+    claimable run has waited), and `tenure_leases_expired{queue}`: running runs whose lease
+    has expired and that no reaper has handled yet (a dead worker shows here first)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            now = self.store.now()
+            runs = [r for s in _ACTIVE for r in self.store.runs(s, limit=QUEUE_SCAN_LIMIT)]
+        except Exception as exc:  # tenure_database_up already says the store did not answer
+            log.warning("metrics: cannot read queues: %s", exc)
+            return
+        by_queue = GaugeMetricFamily(
+            "tenure_queue_runs",
+            "Runs not yet ended, by queue and status",
+            labels=["queue", "status"],
+        )
+        oldest = GaugeMetricFamily(
+            "tenure_queue_oldest_ready_seconds",
+            "Seconds the longest-waiting claimable run of a queue has waited (0: none waits)",
+            labels=["queue"],
+        )
+        expired = GaugeMetricFamily(
+            "tenure_leases_expired",
+            "Running runs whose lease expired and that the reaper has not handled yet",
+            labels=["queue"],
+        )
+        counts: dict[tuple[str, str], int] = {}
+        ages: dict[str, float] = {}
+        stale: dict[str, int] = {}
+        for run in runs:
+            key = (run.queue, str(run.status))
+            counts[key] = counts.get(key, 0) + 1
+            ages.setdefault(run.queue, 0.0)
+            stale.setdefault(run.queue, 0)
+            if run.status is RunStatus.QUEUED and run.available_at <= now:
+                ages[run.queue] = max(ages[run.queue], (now - run.available_at).total_seconds())
+            expires = run.lease_expires
+            if run.status is RunStatus.RUNNING and expires is not None and expires < now:
+                stale[run.queue] += 1
+        for (queue, status), n in sorted(counts.items()):
+            by_queue.add_metric([queue, status], n)
+        for queue in sorted(ages):
+            oldest.add_metric([queue], ages[queue])
+            expired.add_metric([queue], stale[queue])
+        yield by_queue
+        yield oldest
+        yield expired
+
+
 class Metrics:
     """The counters of one process, in a registry of their own."""
 
@@ -126,6 +191,7 @@ class Metrics:
         if self._runs is None:
             self._runs = RunsCollector(store)
             self.registry.register(self._runs)
+            self.registry.register(QueuesCollector(store))
 
 
 class ObservedStore:

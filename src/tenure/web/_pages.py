@@ -19,7 +19,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from tenure import RunStatus, TerminationReason, __version__
 from tenure._errors import InvalidRequest
-from tenure.web import _views
+from tenure.web import _overview, _views
 from tenure.web._security import (
     CSRF_FIELD,
     MAX_ACTOR,
@@ -65,6 +65,9 @@ _env = Environment(
     lstrip_blocks=True,
 )
 _env.filters["time"] = _time
+_env.filters["short_id"] = _overview.short_id
+_env.filters["span"] = _overview.span
+_env.globals["relative"] = _overview.relative
 _env.filters["ms"] = _ms
 _env.filters["pretty"] = lambda v: json.dumps(v, indent=1, default=str, ensure_ascii=False)
 
@@ -220,27 +223,46 @@ def runs_page(
     reason: str | None = None,
     queue: Annotated[str | None, Query(max_length=200)] = None,
     cursor: Annotated[str | None, Query(pattern=RUN_ID_PATTERN)] = None,
+    q: Annotated[str | None, Query(max_length=128)] = None,
+    reveal: bool = False,
 ) -> Response:
     caller = _reader(request)
     if isinstance(caller, Response):
         return caller
     web = web_of(request)
+    reveal = _reveal(request, caller, reveal)
     s, r = _filter(status, RunStatus), _filter(reason, TerminationReason)
-    runs, next_cursor = web.page(s, r, queue or None, PAGE_SIZE, cursor)
     query = {k: v for k, v in {"status": status, "reason": reason, "queue": queue}.items() if v}
-    next_url = "/?" + urlencode({**query, "cursor": next_cursor}) if next_cursor else None
+    search = (q or "").strip()
+    if search:
+        runs, next_url = web.search(search, PAGE_SIZE), None
+    else:
+        runs, next_cursor = web.page(s, r, queue or None, PAGE_SIZE, cursor)
+        next_url = "/?" + urlencode({**query, "cursor": next_cursor}) if next_cursor else None
+    now = web.store.now()
+    counts = web.counts()
     return render(
         request,
         "runs.html",
         runs=runs,
-        counts=web.counts(),
+        counts=counts,
         statuses=[str(x) for x in RunStatus],
         reasons=[str(x) for x in TerminationReason],
         status=status or "",
         reason=reason or "",
         queue=queue or "",
+        q=search,
         next_url=next_url,
         first_page=cursor is None,
+        now=now,
+        reveal=reveal,
+        prompts=web.prompts(runs) if reveal else {},
+        reveal_url="/?" + urlencode({**query, "q": search, "reveal": "true"}),
+        queues=web.queues(now),
+        finished_chart=_overview.svg_bars(
+            web.finished(now), title="runs finished per minute, by outcome"
+        ),
+        depth_chart=_overview.svg_line(list(web.depth_history), title="runs queued over time"),
     )
 
 
@@ -311,6 +333,7 @@ def dead_letters_page(
         request,
         "dead_letters.html",
         runs=runs,
+        now=web.store.now(),
         counts=web.counts(),
         reason=reason or "",
         queue=queue or "",
@@ -374,7 +397,8 @@ def leases_page(request: Request) -> Response:
     if isinstance(caller, Response):
         return caller
     web = web_of(request)
-    return render(request, "leases.html", holders=web.leases(), now=web.store.now())
+    now = web.store.now()
+    return render(request, "leases.html", holders=web.leases(), workers=web.workers(now), now=now)
 
 
 @router.post("/reap")

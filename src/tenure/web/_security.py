@@ -150,11 +150,22 @@ class Security:
             return Caller(True, name, "session")
         return Caller(False, "anonymous", "public")
 
+    @staticmethod
+    def refused(request: Request) -> NotAuthenticated:
+        """Why a request is not authenticated: a token that was sent and is wrong is told
+        apart from none at all (a typo is not a missing header)."""
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return NotAuthenticated("the bearer token is not the API token")
+        if scheme:
+            return NotAuthenticated("expected 'Authorization: Bearer TOKEN'")
+        return NotAuthenticated()
+
     def reader(self, request: Request) -> Caller:
         """The caller of an API read: anyone with --public-read, else a token holder."""
         caller = self.caller(request)
         if not caller.authenticated and not self.public_read:
-            raise NotAuthenticated()
+            raise self.refused(request)
         return caller
 
     def writer(self, request: Request) -> Caller:
@@ -163,13 +174,15 @@ class Security:
         if self.token is None:
             raise Forbidden("writes are disabled: the server was started without TENURE_API_TOKEN")
         if not self.bearer_ok(request):
-            raise NotAuthenticated()
+            raise self.refused(request)
         return self.caller(request)
 
     def revealer(self, request: Request) -> Caller:
         """`?reveal=true`: content is shown to token holders only, even with --public-read."""
         caller = self.caller(request)
         if not caller.authenticated:
+            if request.headers.get("authorization"):
+                raise self.refused(request)
             raise NotAuthenticated("reveal=true needs a token")
         return caller
 

@@ -5,8 +5,11 @@ whichever way it comes)."""
 from __future__ import annotations
 
 import logging
+import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from fastapi import HTTPException, Request
@@ -14,7 +17,7 @@ from fastapi import HTTPException, Request
 from tenure import Run, RunStatus, Runtime, TerminationReason
 from tenure._types import DEAD_LETTER_REASONS, ToolEffect
 from tenure.store._base import Store
-from tenure.web import _views
+from tenure.web import _overview, _views
 from tenure.web._metrics import Metrics
 from tenure.web._security import Caller, Security
 
@@ -23,6 +26,20 @@ audit = logging.getLogger("tenure.web.audit")
 # A bulk redrive handles at most this many runs per request.
 MAX_BULK_REDRIVE = 500
 LEASES_SHOWN = 1000
+# The queue panel, the workers view and id search read at most this many runs per status
+# (the store has no per-queue count yet): beyond it, a depth is shown as "at least".
+SCAN_LIMIT = 10_000
+# Runs ended in the last half hour, for the chart: at most this many per terminal status.
+FINISHED_SCAN = 5_000
+# Queue depth over time: one sample per this many seconds of reading counts, an hour kept.
+DEPTH_SAMPLE_SECONDS = 5.0
+DEPTH_SAMPLES = 720
+_ACTIVE = (
+    RunStatus.QUEUED,
+    RunStatus.RUNNING,
+    RunStatus.WAITING_FOR_APPROVAL,
+    RunStatus.WAITING_FOR_INPUT,
+)
 
 
 class NotFound(HTTPException):
@@ -42,6 +59,11 @@ class Web:
     metrics: Metrics
     hitl: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    # (database time, runs queued) each time counts were read, DEPTH_SAMPLE_SECONDS apart.
+    depth_history: deque[tuple[datetime, int]] = field(
+        default_factory=lambda: deque(maxlen=DEPTH_SAMPLES)
+    )
+    _history_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def store(self) -> Store:
@@ -78,10 +100,56 @@ class Web:
         return runs, (runs[-1].id if more and runs else None)
 
     def counts(self) -> _views.Counts:
-        return _views.counts(self.store.run_counts())
+        counts = _views.counts(self.store.run_counts())
+        self._sample_depth(counts.by_status.get(str(RunStatus.QUEUED), 0))
+        return counts
+
+    def _sample_depth(self, queued: int) -> None:
+        now = self.store.now()
+        with self._history_lock:
+            last = self.depth_history[-1][0] if self.depth_history else None
+            if last is None or (now - last).total_seconds() >= DEPTH_SAMPLE_SECONDS:
+                self.depth_history.append((now, queued))
 
     def leases(self) -> list[_views.Holder]:
         return _views.leases(self.runtime.runs(RunStatus.RUNNING, limit=LEASES_SHOWN))
+
+    def active_runs(self) -> list[Run]:
+        """Runs not yet ended (up to SCAN_LIMIT of each status)."""
+        return [r for s in _ACTIVE for r in self.runtime.runs(s, limit=SCAN_LIMIT)]
+
+    def queues(self, now: datetime) -> list[_overview.QueueDepth]:
+        return _overview.queue_depths(self.active_runs(), now)
+
+    def workers(self, now: datetime) -> list[_overview.WorkerSeen]:
+        running = self.runtime.runs(RunStatus.RUNNING, limit=SCAN_LIMIT)
+        return _overview.workers_seen(running, now)
+
+    def finished(self, now: datetime) -> list[_overview.Bar]:
+        ended = [r for s in _overview.OUTCOMES for r in self.runtime.runs(s, limit=FINISHED_SCAN)]
+        return _overview.finished_per_minute(ended, now)
+
+    def search(self, fragment: str, limit: int) -> list[Run]:
+        """Runs whose id contains `fragment` (any part: start, end or middle), newest first,
+        among the newest SCAN_LIMIT runs; an exact id is found however old it is."""
+        exact = self.runtime.status(fragment)
+        if exact is not None:
+            return [exact]
+        needle = fragment.lower()
+        return [r for r in self.runtime.runs(limit=SCAN_LIMIT) if needle in r.id.lower()][:limit]
+
+    def prompts(self, runs: list[Run]) -> dict[str, str]:
+        """The first line of each run's prompt: from its stored request, or (a completed run's
+        request is cleared) from its `request` event."""
+        lines: dict[str, str] = {}
+        for run in runs:
+            full = self.store.get_run(run.id, with_request=True)
+            request = full.request if full is not None else None
+            if request is None:
+                first = next(iter(self.store.events(run.id)), None)
+                request = first.payload if first is not None else None
+            lines[run.id] = _overview.prompt_line(request)
+        return lines
 
     def plan(self, run_id: str, *, reveal: bool) -> _views.RedrivePlan:
         run = self.store.get_run(run_id, with_request=True)
@@ -180,10 +248,12 @@ class Web:
             if len(redriven) + len(fenced) + len(refused) >= limit:
                 more = cursor is not None or r != reasons[-1]
                 break
+        # A dry run redrives nothing: its candidates are listed as what it would redrive.
         result = {
             "dry_run": dry_run,
             "limit": limit,
-            "redriven": redriven,
+            "redriven": [] if dry_run else redriven,
+            "would_redrive": redriven if dry_run else [],
             "skipped_fenced": fenced,
             "refused": refused,
             "more": more,

@@ -484,17 +484,20 @@ def redrive_plan(
     if not has_request:
         why = "the run has no stored request to run again"
         return RedrivePlan(run.id, False, False, why, writes, next_calls)
+    # "Completed" and "recorded", not "happened": with the fence standing, one write did
+    # start and may have happened, and the plan must not say in one breath that none did.
     done = (
-        f"{len(writes)} non-idempotent write(s) already happened; they are in the journal and "
+        f"{len(writes)} non-idempotent write(s) completed and are recorded in the journal; "
         "a redrive resumes after them, so none of them runs again"
         if writes
-        else "No non-idempotent write has happened in this run"
+        else "No non-idempotent write completed in this run"
     )
     if fenced:
         which = f" ({interrupted.tool})" if interrupted else ""
         why = (
-            f"{done}. The fence stands: a non-idempotent write{which} was interrupted and may "
-            "have happened; a redrive would run it again, so it needs force after you check"
+            f"{done}. The fence stands: a non-idempotent write{which} started and was "
+            "interrupted before its result was recorded, so it may have happened; a redrive "
+            "would run it again, so it needs force after you check"
         )
         return RedrivePlan(run.id, True, True, why, writes, next_calls, interrupted)
     return RedrivePlan(run.id, True, False, done + ".", writes, next_calls)

@@ -1,6 +1,10 @@
-// Live updates for the dashboard: counts refresh on a timer; a run's page follows its event
-// stream and reloads when something happens. No framework, nothing from elsewhere.
+// Live updates for the dashboard: counts refresh on a timer; the regions of a list page
+// (runs, queues, charts, leases, dead letters) are re-read from the page's own address and
+// swapped in place; a run's page follows its event stream and reloads when something
+// happens. No framework, nothing from elsewhere.
 "use strict";
+
+var LIVE_MS = 2000;
 
 function refreshCounts(url) {
   fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
@@ -14,6 +18,24 @@ function refreshCounts(url) {
         var v = values[el.getAttribute("data-count")];
         if (v !== undefined && el.textContent !== String(v)) el.textContent = String(v);
       });
+    })
+    .catch(function () {});
+}
+
+// Re-read this page and replace each live region by its new version. A region holding the
+// focus (a person typing or choosing in it) is left alone until they are done.
+function refreshRegions() {
+  fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
+    .then(function (r) { return r.ok ? r.text() : null; })
+    .then(function (html) {
+      if (!html) return;
+      var fresh = new DOMParser().parseFromString(html, "text/html");
+      document.querySelectorAll("[data-live-region]").forEach(function (el) {
+        if (!el.id || el.contains(document.activeElement)) return;
+        var next = fresh.getElementById(el.id);
+        if (next && next.innerHTML !== el.innerHTML) el.innerHTML = next.innerHTML;
+      });
+      document.body.setAttribute("data-refreshed", String(Date.now()));
     })
     .catch(function () {});
 }
@@ -34,7 +56,10 @@ document.addEventListener("DOMContentLoaded", function () {
   var counts = document.querySelector("[data-live]");
   if (counts || document.querySelector("[data-count]")) {
     var url = counts ? counts.getAttribute("data-live") : "/api/counts";
-    setInterval(function () { refreshCounts(url); }, 2000);
+    setInterval(function () { refreshCounts(url); }, LIVE_MS);
+  }
+  if (document.querySelector("[data-live-region]")) {
+    setInterval(refreshRegions, LIVE_MS);
   }
   var live = document.querySelector("[data-stream]");
   if (live) followRun(live.getAttribute("data-stream"));

@@ -7,18 +7,33 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 
-from tenure.cli._app import CliError, Context, UsageError
+from tenure._command import CliError, Context, UsageError
 from tenure.cli._output import err
 
+# What the web extra brings: a base install that lacks one of them cannot serve.
+WEB_EXTRA_MODULES = frozenset(
+    {
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "jinja2",
+        "multipart",
+        "python_multipart",
+        "prometheus_client",
+    }
+)
 TOKEN_VARIABLE = "TENURE_API_TOKEN"
 HOSTS_VARIABLE = "TENURE_ALLOWED_HOSTS"
 _HOST_NAME = re.compile(r"^[a-z0-9_.:-]+$")
 GRACEFUL_SHUTDOWN_SECONDS = 3
 # Shorter tokens are accepted with a warning: guessing is the only attack on them.
 MIN_TOKEN_LENGTH = 16
+# uvicorn's own default.
+LISTEN_BACKLOG = 2048
 
 
 def serve(ctx: Context, args: argparse.Namespace) -> int:
@@ -27,8 +42,12 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
 
         from tenure.web import WritesNeedToken, create_app
     except ImportError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in WEB_EXTRA_MODULES:
+            raise
         raise CliError(
-            f"tenure serve needs the web extra ({exc.name} is missing): pip install 'tenure[web]'"
+            f"tenure serve needs the web extra ({missing} is not installed): "
+            "pip install 'tenure[web]'"
         ) from None
     tracing = None
     if args.otel:
@@ -63,6 +82,9 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
     mode = "reads and writes need the bearer token" if token else "read-only (no token)"
     if token and args.public_read:
         mode = "anyone may read; writes need the bearer token"
+    # Bound before anything is said or started: a port in use is one line, not a
+    # "serving on" line followed by uvicorn's own report of the failure.
+    sock = _listen(args.host, args.port)
     err.print(f"tenure serve on http://{args.host}:{args.port} for {ctx.app.database_url}: {mode}")
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the
     # handler it found: this one, so that a requested stop exits 0 like `tenure worker`.
@@ -74,23 +96,50 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
     if worker is not None and thread is not None:
         err.print(f"{worker.identity}: concurrency {args.work}, in this process")
         thread.start()
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        proxy_headers=False,
+        # An event stream follows its run until the run ends: a stop does not wait that long.
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+    )
     try:
-        uvicorn.run(
-            app,
-            host=args.host,
-            port=args.port,
-            log_level="warning",
-            access_log=False,
-            proxy_headers=False,
-            # An event stream follows its run until the run ends: a stop does not wait that long.
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-        )
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
+        sock.close()
         if worker is not None and thread is not None:
             worker.stop()  # drains: in-flight runs get the worker's grace period
             thread.join()
     err.print("tenure serve stopped")
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on `host:port`, or a one-line error saying why not."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        raise CliError(f"cannot listen on {host}:{port}: {_reason(exc)}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as exc:
+        sock.close()
+        raise CliError(f"cannot listen on {host}:{port}: {_reason(exc)}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[0].lower() + exc.strerror[1:]
+    return str(exc)
 
 
 def _allowed_hosts(bound: str, given: list[str]) -> frozenset[str]:

@@ -1,5 +1,10 @@
-"""Which Runtime the command works with: `--app MODULE:ATTR` (the user's, with its tools and
-models, found the way `celery -A` finds an app) or the built-in demo app, on `--database`."""
+"""What every command gets, wherever it is written (`tenure.cli`, `tenure.demo`): the errors
+that end a command in one line, and the Runtime it works with: `--app MODULE:ATTR` (the
+user's, with its tools and models, found the way `celery -A` finds an app) or the built-in
+demo app, on `--database`.
+
+It imports nothing of the command line, the dashboard or the demo, so that each of them can
+import it without importing the others."""
 
 from __future__ import annotations
 
@@ -36,6 +41,10 @@ def load_app(spec: str | None) -> Runtime:
     """The Runtime at `MODULE:ATTR` (ATTR defaults to `app`)."""
     spec = spec or DEFAULT_APP
     module_name, _, attr = spec.partition(":")
+    # Said when the attribute is missing: the user may not know that `:app` was assumed.
+    assumed = (
+        "" if attr else f" (the attribute looked for when none is named; use {module_name}:ATTR)"
+    )
     attr = attr or "app"
     if not module_name:
         raise UsageError(f"--app {spec!r}: expected MODULE:ATTR, e.g. myproject.agents:rt")
@@ -54,7 +63,9 @@ def load_app(spec: str | None) -> Runtime:
         try:
             found = getattr(found, part)
         except AttributeError:
-            raise UsageError(f"--app {spec}: module {module_name!r} has no {attr!r}") from None
+            raise UsageError(
+                f"--app {spec}: module {module_name!r} has no {attr!r}{assumed}"
+            ) from None
     if not isinstance(found, Runtime):
         raise UsageError(f"--app {spec}: {attr} is a {type(found).__name__}, not a tenure.Runtime")
     return found

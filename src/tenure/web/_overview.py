@@ -1,0 +1,261 @@
+"""What an operator reads at a glance, computed from runs (no I/O here): short run ids, times
+relative to the database's clock, per-queue depth, the workers seen through their leases, and
+the two charts (runs finished per minute, queue depth over time) drawn as inline SVG.
+
+Run ids made together by UUIDv7 share their first characters (a millisecond timestamp): they
+are shown by their end, which is random.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from markupsafe import Markup, escape
+
+from tenure._types import Run, RunStatus
+
+SHORT_ID = 8
+FINISHED_MINUTES = 30
+# What a chart's bars are coloured by (the status classes of tenure.css).
+OUTCOMES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+def short_id(run_id: str) -> str:
+    """The distinguishing end of a run id (UUIDv7 ids made together share their start)."""
+    return run_id if len(run_id) <= SHORT_ID + 1 else "…" + run_id[-SHORT_ID:]
+
+
+def span(seconds: float) -> str:
+    """`45s`, `3m 20s`, `2h 5m`, `3d 4h`: a duration in its two largest units."""
+    s = int(abs(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s" if s % 60 else f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60}m" if s % 3600 // 60 else f"{s // 3600}h"
+    return f"{s // 86400}d {s % 86400 // 3600}h" if s % 86400 // 3600 else f"{s // 86400}d"
+
+
+def relative(value: datetime | None, now: datetime) -> str:
+    if value is None:
+        return ""
+    seconds = (value - now).total_seconds()
+    if abs(seconds) < 1:
+        return "now"
+    return f"in {span(seconds)}" if seconds > 0 else f"{span(seconds)} ago"
+
+
+def prompt_line(request: dict[str, Any] | None) -> str:
+    """The first line of a run's prompt (what an operator recognises a run by)."""
+    prompt = (request or {}).get("prompt")
+    if not isinstance(prompt, str):
+        return ""
+    line = prompt.strip().splitlines()[0] if prompt.strip() else ""
+    return line if len(line) <= 100 else line[:99] + "…"
+
+
+# -- queues ------------------------------------------------------------------------------------
+
+
+@dataclass
+class QueueDepth:
+    queue: str
+    ready: int = 0
+    backing_off: int = 0
+    running: int = 0
+    waiting: int = 0
+    # How long the longest-waiting ready run has been claimable and not claimed.
+    oldest_ready_seconds: float | None = None
+
+    @property
+    def queued(self) -> int:
+        return self.ready + self.backing_off
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "queued": self.queued,
+            "ready": self.ready,
+            "backing_off": self.backing_off,
+            "running": self.running,
+            "waiting": self.waiting,
+            "oldest_ready_seconds": self.oldest_ready_seconds,
+        }
+
+
+_WAITING = (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT)
+
+
+def queue_depths(runs: Iterable[Run], now: datetime) -> list[QueueDepth]:
+    """Per queue: runs queued (ready now, or backing off), running, waiting for a person."""
+    by_queue: dict[str, QueueDepth] = {}
+    for run in runs:
+        q = by_queue.setdefault(run.queue, QueueDepth(run.queue))
+        if run.status is RunStatus.RUNNING:
+            q.running += 1
+        elif run.status in _WAITING:
+            q.waiting += 1
+        elif run.status is RunStatus.QUEUED and run.available_at > now:
+            q.backing_off += 1
+        elif run.status is RunStatus.QUEUED:
+            q.ready += 1
+            age = (now - run.available_at).total_seconds()
+            q.oldest_ready_seconds = max(age, q.oldest_ready_seconds or 0.0)
+    return [by_queue[name] for name in sorted(by_queue)]
+
+
+# -- workers, as their leases show them ----------------------------------------------------------
+
+
+@dataclass
+class WorkerSeen:
+    """A lease owner and what its leases say of it. A worker renews every lease it holds at
+    each step boundary, so the latest renewal is the last time it was seen alive; a worker
+    with only expired leases has stopped renewing (dead, frozen or cut off)."""
+
+    owner: str
+    runs: int
+    expired: int
+    last_renewal: datetime | None
+    queues: list[str] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return self.owner.partition(":")[0]
+
+    @property
+    def host(self) -> str:
+        parts = self.owner.split(":")
+        return parts[1] if len(parts) > 2 else ""
+
+    @property
+    def stalled(self) -> bool:
+        return self.runs > 0 and self.expired == self.runs
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "owner": self.owner,
+            "kind": self.kind,
+            "runs_held": self.runs,
+            "expired_leases": self.expired,
+            "last_renewal": self.last_renewal.isoformat() if self.last_renewal else None,
+            "queues": self.queues,
+            "stalled": self.stalled,
+        }
+
+
+def workers_seen(running: Iterable[Run], now: datetime) -> list[WorkerSeen]:
+    """Every owner of a running run's lease. A run's `updated_at` moves with every guarded
+    write its owner makes (the claim, each heartbeat, a fence), so the latest one among an
+    owner's runs is its last renewal, whatever lease length that worker was started with."""
+    by_owner: dict[str, list[Run]] = {}
+    for run in running:
+        if run.claimed_by:
+            by_owner.setdefault(run.claimed_by, []).append(run)
+    seen = []
+    for owner, runs in sorted(by_owner.items()):
+        expiries = [r.lease_expires for r in runs if r.lease_expires is not None]
+        seen.append(
+            WorkerSeen(
+                owner=owner,
+                runs=len(runs),
+                expired=sum(1 for e in expiries if e < now),
+                last_renewal=max(r.updated_at for r in runs),
+                queues=sorted({r.queue for r in runs}),
+            )
+        )
+    return seen
+
+
+# -- charts --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    parts: list[tuple[str, int]]  # (css class, value), stacked from the bottom
+
+    @property
+    def total(self) -> int:
+        return sum(v for _, v in self.parts)
+
+
+def finished_per_minute(
+    runs: Iterable[Run], now: datetime, minutes: int = FINISHED_MINUTES
+) -> list[Bar]:
+    """Runs that ended in each of the last `minutes` minutes, by terminal status."""
+    start = now.replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
+    counts = [dict.fromkeys(OUTCOMES, 0) for _ in range(minutes)]
+    for run in runs:
+        if run.finished_at is None or run.status not in OUTCOMES or run.finished_at < start:
+            continue
+        index = int((run.finished_at - start).total_seconds() // 60)
+        if 0 <= index < minutes:
+            counts[index][run.status] += 1
+    return [
+        Bar(
+            (start + timedelta(minutes=i)).strftime("%H:%M"),
+            [(f"s-{status}", n) for status, n in c.items()],
+        )
+        for i, c in enumerate(counts)
+    ]
+
+
+def svg_bars(bars: Sequence[Bar], *, title: str, width: int = 600, height: int = 120) -> Markup:
+    """A stacked bar chart as inline SVG: no script, no build, styled by tenure.css."""
+    top = max((b.total for b in bars), default=0) or 1
+    step = width / max(len(bars), 1)
+    shapes: list[str] = []
+    for i, bar in enumerate(bars):
+        y = float(height)
+        for css, value in bar.parts:
+            if not value:
+                continue
+            h = value / top * (height - 14)
+            y -= h
+            shapes.append(
+                f'<rect class="{escape(css)}" x="{i * step + 1:.1f}" y="{y:.1f}" '
+                f'width="{max(step - 2, 1):.1f}" height="{h:.1f}">'
+                f"<title>{escape(bar.label)}: {value} {escape(css[2:])}</title></rect>"
+            )
+    first = escape(bars[0].label) if bars else ""
+    last = escape(bars[-1].label) if bars else ""
+    return Markup(
+        f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {width} '
+        f'{height + 14}" width="100%" preserveAspectRatio="none">'
+        f"<title>{escape(title)}</title>"
+        f'<text class="axis" x="0" y="10">max {top}</text>'
+        f"{''.join(shapes)}"
+        f'<text class="axis" x="0" y="{height + 12}">{first}</text>'
+        f'<text class="axis" x="{width}" y="{height + 12}" text-anchor="end">{last}</text>'
+        "</svg>"
+    )
+
+
+def svg_line(
+    points: Sequence[tuple[datetime, int]], *, title: str, width: int = 600, height: int = 120
+) -> Markup:
+    """A line (queue depth over time) as inline SVG."""
+    if len(points) < 2:
+        return Markup(f'<p class="muted chart-empty">{escape(title)}: not enough samples yet</p>')
+    t0, t1 = points[0][0], points[-1][0]
+    spread = max((t1 - t0).total_seconds(), 1.0)
+    top = max(v for _, v in points) or 1
+    coords = " ".join(
+        f"{(t - t0).total_seconds() / spread * width:.1f},{height - v / top * (height - 14):.1f}"
+        for t, v in points
+    )
+    return Markup(
+        f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {width} '
+        f'{height + 14}" width="100%" preserveAspectRatio="none">'
+        f"<title>{escape(title)}</title>"
+        f'<text class="axis" x="0" y="10">max {top}</text>'
+        f'<polyline class="depth" fill="none" points="{coords}"/>'
+        f'<text class="axis" x="0" y="{height + 12}">{t0:%H:%M:%S}</text>'
+        f'<text class="axis" x="{width}" y="{height + 12}" text-anchor="end">{t1:%H:%M:%S}</text>'
+        "</svg>"
+    )

@@ -1,0 +1,110 @@
+"""Each app of examples/ runs as a user would start it (`python examples/NAME.py`), on each
+store, and does what its docstring says."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tenure
+from tenure import RunStatus
+
+from .providers.conftest import ChatServer, completion
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _run(
+    name: str, cwd: Path, db_url: str, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TENURE_"))}
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), *args],
+        cwd=cwd,
+        env={**clean, "TENURE_DATABASE_URL": db_url, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_support_agent_refunds_once_after_approval(tmp_path: Path, db_url: str) -> None:
+    done = _run("support_agent", tmp_path, db_url)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith(": waiting_for_approval")
+    assert "waiting on refund(" in lines[1] and "non_idempotent_write" in lines[1]
+    assert "completed: I have refunded order A-1001" in lines[2]
+    assert lines[3] == "refunds made: 1"
+    with tenure.Runtime(db_url) as rt:
+        (run,) = rt.runs()
+        kinds = [e.kind for e in rt.events(run.id)]
+    assert kinds.count("approval") == 1
+    assert sum(1 for e in kinds if e == "tool") == 2
+
+
+@pytest.mark.slow
+def test_batch_of_documents_with_three_workers(tmp_path: Path, db_url: str) -> None:
+    first = _run("batch_documents", tmp_path, db_url)
+    assert first.returncode == 0, first.stderr
+    assert "30 documents: {'completed': 30}; summaries stored now: 30" in first.stdout
+    with tenure.Runtime(db_url) as rt:
+        runs = rt.runs(queue="documents", limit=100)
+        assert len(runs) == 30 and {r.status for r in runs} == {RunStatus.COMPLETED}
+        # Three workers shared the batch (each claim names its worker).
+        owners = {
+            e.payload.get("worker") for r in runs for e in rt.events(r.id) if e.kind == "claimed"
+        }
+    assert len(owners) >= 2, owners
+    again = _run("batch_documents", tmp_path, db_url)
+    assert again.returncode == 0, again.stderr
+    assert "summaries stored now: 0" in again.stdout  # the idempotency keys held
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    server = ChatServer()
+    yield server
+    server.close()
+
+
+def test_openai_endpoint_from_environment(
+    tmp_path: Path, db_url: str, chat_server: ChatServer
+) -> None:
+    endpoint = chat_server.endpoint()
+    endpoint.push(
+        completion(calls=[("weather", {"city": "Oslo"})], model="local-model"),
+        completion(text="Light snow in Oslo today, around -3 °C.", model="local-model"),
+    )
+    done = _run(
+        "openai_endpoint",
+        tmp_path,
+        db_url,
+        OPENAI_BASE_URL=endpoint.url,
+        OPENAI_API_KEY="test-key",
+        TENURE_MODEL="local-model",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "Light snow in Oslo today, around -3 °C."
+    first, second = (r["body"] for r in endpoint.requests)
+    assert first["model"] == "local-model"
+    tool_results = [m for m in second["messages"] if m.get("role") == "tool"]
+    assert tool_results and "light snow" in tool_results[0]["content"]
+
+
+def test_openai_endpoint_failure_is_reported(
+    tmp_path: Path, db_url: str, chat_server: ChatServer
+) -> None:
+    from .providers.conftest import error
+
+    endpoint = chat_server.endpoint().push(error(401, "bad key"))
+    done = _run(
+        "openai_endpoint", tmp_path, db_url, OPENAI_BASE_URL=endpoint.url, OPENAI_API_KEY="x"
+    )
+    assert done.returncode == 1
+    assert "failed (not_retryable)" in done.stderr and "bad key" in done.stderr
