@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from tenure import _policy, _recovery, _requests
+from tenure import _indoubt, _policy, _recovery, _requests
 from tenure._classify import describe
 from tenure._errors import Cancelled, LeaseLost, ProviderError, RunCancelled, UnknownModel
 from tenure._types import (
@@ -105,6 +105,14 @@ class Segment:
     _abort: threading.Event = field(default_factory=threading.Event)
     _lost_cancelled: bool = False
     _deadline: float | None = None  # the step in flight's deadline (time.monotonic)
+    # Raw JSON of the call an in-doubt fence stands for (SPEC §16), from the claim: asked
+    # of its tool's probe before anything else.
+    fence_call: str | None = None
+    _fence_probe: bool = False
+
+    def __post_init__(self) -> None:
+        if self.fence_call is not None:  # the fence the run was requeued with still stands
+            self._fence, self._fence_probe = ToolEffect.NON_IDEMPOTENT_WRITE, True
 
     @property
     def store(self) -> Store:
@@ -212,6 +220,10 @@ class Segment:
         provider = self.engine.models.get(request.model)
         if provider is None:
             raise ProviderError(FailureClass.CONFIGURATION, str(UnknownModel(request.model)))
+        if self.fence_call is not None:
+            ended = _indoubt.resolve(self, request, journal, self.fence_call)
+            if ended is not None:
+                return ended
         while True:
             held = self._hold(request, journal)
             if held is not None:
@@ -230,7 +242,7 @@ class Segment:
                 request=request,
                 abort=self._abort,
             )
-            with self._step(self.engine.model_timeout(request.model)):
+            with self.step_deadline(self.engine.model_timeout(request.model)):
                 reply = provider.complete(call)
             llm = NewEvent(EventKind.LLM, _llm_payload(reply))
             if not reply.tool_calls:
@@ -240,8 +252,16 @@ class Segment:
 
     # -- steps ---------------------------------------------------------------------------
 
+    @property
+    def abort_signal(self) -> threading.Event:
+        """Set when the run is no longer this segment's: what a step in flight watches."""
+        return self._abort
+
+    def result_of(self, outcome: Outcome) -> RunResult:
+        return self._result(outcome)
+
     @contextlib.contextmanager
-    def _step(self, timeout: float) -> Iterator[None]:
+    def step_deadline(self, timeout: float) -> Iterator[None]:
         """A step in flight: the keeper renews the lease until `timeout` has passed."""
         self._deadline = time.monotonic() + timeout
         try:
@@ -270,7 +290,7 @@ class Segment:
 
     def _tool_step(self, request: RunRequest, journal: Journal, pending: PendingCall) -> None:
         call = pending.call
-        tool = self._tool_of(request, call.name)
+        tool = self.tool_of(request, call.name)
         effect = tool.effect if tool else ToolEffect.NON_IDEMPOTENT_WRITE
         key = idempotency_key(self.run_id, pending.llm_sequence, pending.index)
         started = time.monotonic()
@@ -290,39 +310,39 @@ class Segment:
                 error = str(exc)
             else:
                 ran = True
-                result, error = self._invoke(tool, key, values)
-        payload = {
-            "name": call.name,
-            "call_id": call.id,
-            "turn": pending.llm_sequence,
-            "index": pending.index,
-            "args": call.args,
-            "effect": str(effect),
-            "result": result,
-            "error": error,
-            "idempotency_key": key,
-            "duration_ms": round((time.monotonic() - started) * 1000, 3),
-        }
-        event = NewEvent(EventKind.TOOL, payload)
+                result, error = self._invoke(tool, pending, key, values)
+        event = tool_event(pending, effect, key, result, error, started)
         if ran and effect.is_write:
             self._clear_fence(call.name, event)
         else:
             self._record([event])
         journal.add_result(call.id, result, error)
 
-    def _invoke(self, tool: Tool, key: str, values: dict[str, Any]) -> tuple[Any, str | None]:
+    def _invoke(
+        self, tool: Tool, pending: PendingCall, key: str, values: dict[str, Any]
+    ) -> tuple[Any, str | None]:
         """Run the tool, fenced when it writes. A tool's ordinary exception is its result."""
         self._check_held()
         if tool.effect.is_write:
+            # The fence names the call it stands for, so that any process can later ask the
+            # tool's probe whether it happened (SPEC §16).
+            call = {
+                "name": tool.name,
+                "args": _human.with_input(pending, tool, self.decision),
+                "idempotency_key": key,
+                "turn": pending.llm_sequence,
+                "index": pending.index,
+            }
             lease_for_tool = _policy.fence_lease(self.engine.settings.lease_seconds, tool.timeout)
-            if not self.store.mark_fence(self.lease, tool.effect, lease_for_tool):
+            probe = tool.probe is not None
+            if not self.store.mark_fence(self.lease, tool.effect, lease_for_tool, call, probe):
                 self._lost()  # the write does not run: this segment holds no lease
-            self._fence = tool.effect
+            self._fence, self._fence_probe = tool.effect, probe
         context = ToolContext(
             self.run_id, self.lease.attempt, key, self.lease.token, tool.effect, self._abort
         )
         try:
-            with self._step(tool.timeout):
+            with self.step_deadline(tool.timeout):
                 return _to_json_value(tool.invoke(context, values)), None
         except (ProviderError, Cancelled):
             raise  # a classified failure fails the step: failure recovery decides
@@ -337,17 +357,31 @@ class Segment:
             raise UnrecordedWrite(name, exc) from exc
         if sequence is None:
             self._lost()
-        self._fence = None
+        self._fence, self._fence_probe = None, False
         self._written.append(sequence)
+
+    def resolve_fence(self, events: list[NewEvent]) -> None:
+        """Clear an in-doubt fence with the probe's events, in one transaction."""
+        self._check_held()
+        sequences = self.store.resolve_fence(self.lease, self.engine.settings.lease_seconds, events)
+        if sequences is None:
+            self._lost()
+        self._fence, self._fence_probe = None, False
+        self._written.extend(sequences)
+
+    @property
+    def fence_probe(self) -> bool:
+        """The standing fence's tool has a probe: the run can go back in doubt."""
+        return self._fence_probe
 
     # -- a person in the loop ------------------------------------------------------------
 
-    def _tool_of(self, request: RunRequest, name: str) -> Tool | None:
+    def tool_of(self, request: RunRequest, name: str) -> Tool | None:
         """The tool a call names, if the run may use it and this process has it."""
         return self.engine.tools.get(name) if name in request.tools else None
 
     def _hold(self, request: RunRequest, journal: Journal) -> _human.Hold | None:
-        tools = [self._tool_of(request, p.call.name) for p in journal.pending]
+        tools = [self.tool_of(request, p.call.name) for p in journal.pending]
         approve_writes = self.engine.settings.approve_writes
         return _human.hold(journal, tools, self.decision, approve_writes=approve_writes)
 
@@ -431,6 +465,13 @@ class Segment:
             self._lost()
         self._written.extend(sequences)
 
+    def requeue_in_doubt(self, failure_class: FailureClass, message: str) -> None:
+        """Back to the queue with the probe-able fence standing (SPEC §16), charged to the
+        budget; claimable at once, since the probe decides; raises if not ours."""
+        self._check_held()
+        if not self.store.requeue_in_doubt(self.lease, 0.0, failure_class, message):
+            self._lost()
+
     def requeue(self, delay: float, failure_class: FailureClass, message: str) -> None:
         """Back to the queue after `delay`, charged to the budget; raises if not ours."""
         self._check_held()
@@ -454,6 +495,33 @@ class Segment:
             mine = set(self._written)
             steps = [e for e in self.store.events(self.run_id, min(mine) - 1) if e.sequence in mine]
         return RunResult(outcome, self.run_id, output, steps, error, self._usage)
+
+
+def tool_event(
+    pending: PendingCall,
+    effect: ToolEffect,
+    key: str,
+    result: Any,
+    error: str | None,
+    started: float,
+    **extra: Any,
+) -> NewEvent:
+    """The `tool` event of a call (SPEC §14), paired with its call by turn and position."""
+    call = pending.call
+    payload = {
+        "name": call.name,
+        "call_id": call.id,
+        "turn": pending.llm_sequence,
+        "index": pending.index,
+        "args": call.args,
+        "effect": str(effect),
+        "result": result,
+        "error": error,
+        "idempotency_key": key,
+        "duration_ms": round((time.monotonic() - started) * 1000, 3),
+        **extra,
+    }
+    return NewEvent(EventKind.TOOL, payload)
 
 
 def _llm_payload(reply: ModelReply) -> dict[str, Any]:

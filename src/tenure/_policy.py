@@ -62,6 +62,13 @@ class DeadLetter:
     why: str
 
 
+@dataclass(frozen=True)
+class InDoubt:
+    """Requeue with the fence standing: the next segment asks the tool's probe (SPEC §16)."""
+
+    why: str
+
+
 Decision = Requeue | DeadLetter
 
 
@@ -99,18 +106,34 @@ def clamp_wait(seconds: float) -> float:
     return min(max(seconds, 0.0), MAX_DELAY_SECONDS)
 
 
+def _in_doubt(requeue_count: int, max_requeues: int, when: str) -> DeadLetter | InDoubt:
+    """A probe-able fence: back in doubt, while the budget lasts (charged like a stale
+    requeue); an exhausted budget still dead-letters, the fence kept as evidence."""
+    if requeue_count >= max_requeues:
+        return DeadLetter(
+            TerminationReason.RETRIES_EXHAUSTED,
+            f"{when} a non-idempotent write whose tool has a probe, and the requeue budget "
+            f"is spent ({requeue_count} of {max_requeues})",
+        )
+    return InDoubt(f"{when} a non-idempotent write; its tool's probe will tell")
+
+
 def recovery(
     failure_class: FailureClass,
     pending_effect: ToolEffect | None,
     requeue_count: int,
     max_requeues: int,
-) -> DeadLetter | None:
-    """Whether a failed queued run is dead-lettered, in SPEC §6.7 order; None means requeue."""
+    probe: bool = False,
+) -> DeadLetter | InDoubt | None:
+    """Whether a failed queued run is dead-lettered or requeued in doubt, in SPEC §6.7
+    order (§16 for a fence whose tool has a probe); None means requeue."""
     if not failure_class.is_retryable:
         return DeadLetter(
             TerminationReason.NOT_RETRYABLE, f"failure class {failure_class} is not retryable"
         )
     if pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+        if probe:
+            return _in_doubt(requeue_count, max_requeues, "failed during")
         return DeadLetter(
             TerminationReason.NOT_RETRYABLE,
             "a non-idempotent write was in flight; repeating it is not safe",
@@ -128,9 +151,14 @@ def reap(
     has_request: bool,
     requeue_count: int,
     max_requeues: int,
-) -> DeadLetter | None:
-    """What the reaper does with a run whose lease expired (SPEC §7); None means requeue."""
-    if pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+    probe: bool = False,
+) -> DeadLetter | InDoubt | None:
+    """What the reaper does with a run whose lease expired (SPEC §7, §16); None means
+    requeue."""
+    fenced = pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE
+    if fenced and probe and has_request:
+        return _in_doubt(requeue_count, max_requeues, "lease expired during")
+    if fenced:
         return DeadLetter(
             TerminationReason.NOT_RETRYABLE,
             "lease expired during a non-idempotent write; it may have happened",
@@ -148,9 +176,17 @@ def reap(
     return None
 
 
-def drain(pending_effect: ToolEffect | None) -> DeadLetter | None:
-    """A draining worker hands a run back to the queue unless a non-idempotent write stands."""
+def drain(
+    pending_effect: ToolEffect | None,
+    probe: bool = False,
+    requeue_count: int = 0,
+    max_requeues: int = DEFAULT_MAX_REQUEUES,
+) -> DeadLetter | InDoubt | None:
+    """A draining worker hands a run back to the queue unless a non-idempotent write stands:
+    then the run goes back in doubt (its tool has a probe) or is dead-lettered."""
     if pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+        if probe:
+            return _in_doubt(requeue_count, max_requeues, "worker shut down during")
         return DeadLetter(
             TerminationReason.NOT_RETRYABLE,
             "worker shut down during a non-idempotent write; it may have happened",

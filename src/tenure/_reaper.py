@@ -67,8 +67,17 @@ class Reaper:
     def _settle(self, stale: StaleRun) -> str:
         """The decision on one stale run, written under the guard of what it was made on."""
         verdict = _policy.reap(
-            stale.pending_effect, stale.has_request, stale.requeue_count, self.max_requeues
+            stale.pending_effect,
+            stale.has_request,
+            stale.requeue_count,
+            self.max_requeues,
+            probe=stale.fence_probe,
         )
+        if isinstance(verdict, _policy.InDoubt):
+            if not self.store.requeue_in_doubt_stale(stale):
+                return "skipped"
+            log.info("reaper: run %s requeued in doubt (its write's probe will tell)", stale.run_id)
+            return "requeued"
         if verdict is None:
             if not self.store.requeue_stale(stale):
                 return "skipped"

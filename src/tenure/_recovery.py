@@ -54,8 +54,16 @@ def _recover_queued(
 ) -> Outcome:
     settings = segment.engine.settings
     verdict = _policy.recovery(
-        failure_class, segment.fence, segment.requeue_count, settings.max_requeues
+        failure_class,
+        segment.fence,
+        segment.requeue_count,
+        settings.max_requeues,
+        probe=segment.fence_probe,
     )
+    if isinstance(verdict, _policy.InDoubt):
+        segment.requeue_in_doubt(failure_class, message)
+        log.warning("run %s: requeued in doubt (%s): %s", segment.run_id, verdict.why, message)
+        return Outcome.REQUEUED
     if verdict is None:
         delay = _policy.backoff(
             segment.requeue_count,

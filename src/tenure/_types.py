@@ -109,6 +109,7 @@ class EventKind(StrEnum):
     DEAD_LETTERED = "dead_lettered"
     CANCELLED = "cancelled"
     REDRIVEN = "redriven"
+    PROBE = "probe"
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,9 @@ class Run:
     # and until when the reaper waits (approval timeout).
     waiting: dict[str, Any] | None = None
     wait_deadline: datetime | None = None
+    # The standing fence's tool has a probe (SPEC §16): the run goes back in doubt, and the
+    # next segment asks the probe whether the write happened, instead of dead-lettering it.
+    fence_probe: bool = False
     # Set when the row could not be fully decoded (a corrupt value, a timestamp out of
     # range): which fields, and why. Those fields hold None, or for a required timestamp
     # 0001-01-01 UTC; the rest of the row is as stored.
@@ -261,6 +265,30 @@ class RunResult:
     steps: list[Event] = field(default_factory=list)
     error: BaseException | None = None
     usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a write tool's probe found out about an interrupted write (SPEC §16): it
+    happened (`done`, with the result that stands for the write's return value), it did not
+    (`not_done`: the write runs again, with the same idempotency key), or the outside
+    system cannot tell (`unknown`: the run is dead-lettered with its fence standing)."""
+
+    verdict: str  # "done" | "not_done" | "unknown"
+    result: Any = None
+    reason: str = ""
+
+    @classmethod
+    def done(cls, result: Any = None) -> Probe:
+        return cls("done", result=result)
+
+    @classmethod
+    def not_done(cls) -> Probe:
+        return cls("not_done")
+
+    @classmethod
+    def unknown(cls, reason: str) -> Probe:
+        return cls("unknown", reason=str(reason))
 
 
 @dataclass(frozen=True)

@@ -329,6 +329,7 @@ class Worker:
             item.requeue_count,
             collect_steps=False,
             decision=item.decision,
+            fence_call=item.fence_call,
         )
         with self._lock:
             self._active[item.lease.run_id] = segment
@@ -396,18 +397,30 @@ class Worker:
         # write may finish and clear the fence between the two statements, so the
         # dead-letter applies only while the fence stands, and a refused pair is tried
         # again. Both refused every time: the run is no longer ours (it ended, or left us).
+        # A fence whose tool has a probe sends the run back in doubt instead (SPEC §16),
+        # guarded the same way: only while that fence stands.
         store = self.engine.store
-        verdict = _policy.drain(ToolEffect.NON_IDEMPOTENT_WRITE)
-        assert verdict is not None
-        settlement = dataclasses.replace(
-            dead_letter(verdict, FailureClass.UNKNOWN, verdict.why, "drain"),
-            only_while_fenced=ToolEffect.NON_IDEMPOTENT_WRITE,
-        )
         for _ in range(HAND_BACK_ATTEMPTS):
             if store.release(segment.lease):
                 self.stats.released += 1
                 log.info("run %s handed back to the queue (drain)", segment.run_id)
                 return
+            verdict = _policy.drain(
+                ToolEffect.NON_IDEMPOTENT_WRITE,
+                probe=segment.fence_probe,
+                requeue_count=segment.requeue_count,
+                max_requeues=self.engine.settings.max_requeues,
+            )
+            if isinstance(verdict, _policy.InDoubt):
+                if store.requeue_in_doubt(segment.lease, 0.0, FailureClass.UNKNOWN, verdict.why):
+                    log.warning("run %s requeued in doubt on drain", segment.run_id)
+                    return
+                continue
+            assert verdict is not None
+            settlement = dataclasses.replace(
+                dead_letter(verdict, FailureClass.UNKNOWN, verdict.why, "drain"),
+                only_while_fenced=ToolEffect.NON_IDEMPOTENT_WRITE,
+            )
             if store.settle(segment.lease, settlement) is not None:
                 log.warning("run %s dead-lettered on drain: %s", segment.run_id, verdict.why)
                 return

@@ -59,7 +59,7 @@ LEASE_LOST_MARK = "lease_lost"
 # Far more runs than any database the audit is meant for; `runs()` needs a bound.
 MAX_RUNS = 10_000_000
 _OWNER_KINDS = frozenset({EventKind.LLM, EventKind.TOOL, EventKind.ASSEMBLED})
-_CHARGED_CAUSES = frozenset({"failure", "stale"})
+_CHARGED_CAUSES = frozenset({"failure", "stale", "in_doubt"})
 # A claimed run handed back before its segment started: its attempt is not counted.
 _UNSTARTED_CAUSES = frozenset({"unstarted", "unserved"})
 _HUMAN_KINDS = frozenset({EventKind.APPROVAL, EventKind.INPUT})
@@ -256,17 +256,29 @@ def _on_tool(w: _Walk, e: Event) -> None:
         del w.pending[expected[0]]
 
 
+def _on_probe(w: _Walk, e: Event) -> None:
+    """SPEC §16: the verdict on an in-doubt write, asked by the segment that holds the run."""
+    w.owner_step(e)
+    if e.payload.get("verdict") not in ("done", "not_done", "unknown"):
+        w.flag(e, f"a probe verdict that SPEC §16 does not know: {e.payload.get('verdict')!r}")
+
+
 def _on_assembled(w: _Walk, e: Event) -> None:
     w.release(e, by_owner=True)
+
+
+def _by_reaper(e: Event) -> bool:
+    """A stale requeue (plain, or in doubt) is written by the reaper, not the segment."""
+    return e.payload.get("cause") == "stale" or bool(e.payload.get("stale"))
 
 
 def _on_requeued(w: _Walk, e: Event) -> None:
     cause = e.payload.get("cause")
     if cause in _UNSTARTED_CAUSES and w.last is not None and w.last.kind is not EventKind.CLAIMED:
         w.flag(e, f"handed back as {cause}, but its segment had started")
-    w.release(e, by_owner=cause != "stale")
+    w.release(e, by_owner=not _by_reaper(e))
     w.unstarted = cause in _UNSTARTED_CAUSES
-    if cause == "stale" and e.payload.get("lease_token") != w.token:
+    if _by_reaper(e) and e.payload.get("lease_token") != w.token:
         w.flag(e, f"stale requeue names token {e.payload.get('lease_token')}, not {w.token}")
     if cause in _CHARGED_CAUSES:
         if w.charged >= w.max_requeues:
@@ -301,6 +313,7 @@ _HANDLERS = {
     EventKind.CLAIMED: _on_claimed,
     EventKind.LLM: _on_llm,
     EventKind.TOOL: _on_tool,
+    EventKind.PROBE: _on_probe,
     EventKind.ASSEMBLED: _on_assembled,
     EventKind.REQUEUED: _on_requeued,
     EventKind.DEAD_LETTERED: _on_dead_lettered,
@@ -315,13 +328,15 @@ _HANDLERS = {
 
 
 def _dead_letter_problem(
-    dl: _DeadLetter, fence: ToolEffect | None, interactive: bool, max_requeues: int
+    dl: _DeadLetter, fence: ToolEffect | None, interactive: bool, max_requeues: int, probe: bool
 ) -> str | None:
-    """Why this dead-letter was not allowed by SPEC §6.7 / §7, or None if it was."""
+    """Why this dead-letter was not allowed by SPEC §6.7 / §7 / §16, or None if it was."""
     payload = dl.event.payload
     reason, cause = payload.get("reason"), payload.get("cause")
-    fenced = fence is ToolEffect.NON_IDEMPOTENT_WRITE
     spent = dl.charged >= max_requeues
+    # A fence whose tool has a probe goes back in doubt while the budget lasts (§16).
+    in_doubt = fence is ToolEffect.NON_IDEMPOTENT_WRITE and probe
+    fenced = fence is ToolEffect.NON_IDEMPOTENT_WRITE and not probe
     if cause == "failure":
         try:
             retryable = FailureClass(str(payload.get("error_class"))).is_retryable
@@ -337,7 +352,12 @@ def _dead_letter_problem(
             TerminationReason.RETRIES_EXHAUSTED: spent and not fenced and not interactive,
         }
     elif cause == "drain":
-        allowed = {TerminationReason.NOT_RETRYABLE: fenced}
+        allowed = {
+            TerminationReason.NOT_RETRYABLE: fenced,
+            TerminationReason.RETRIES_EXHAUSTED: in_doubt and spent,
+        }
+    elif cause == "probe":
+        allowed = {TerminationReason.NOT_RETRYABLE: in_doubt}
     else:
         return f"dead-letter with unknown cause {cause!r}"
     if allowed.get(str(reason), False):
@@ -354,9 +374,10 @@ def _check_dead_letters(w: _Walk, run: Run) -> None:
         if i < len(w.redrives):
             prior = w.redrives[i].payload.get("pending_effect") or None
             fence = ToolEffect(prior) if prior else None
+            probe = bool(w.redrives[i].payload.get("fence_probe"))
         else:
-            fence = run.pending_effect
-        problem = _dead_letter_problem(dl, fence, w.interactive, w.max_requeues)
+            fence, probe = run.pending_effect, run.fence_probe
+        problem = _dead_letter_problem(dl, fence, w.interactive, w.max_requeues, probe)
         if problem:
             w.flag(dl.event, problem)
 
@@ -484,7 +505,11 @@ def _check_entry(entry: LedgerEntry, run: Run, walk: _Walk, report: AuditReport)
                 f"run {run.id} ({run.status}): write {key} ran, is not in the journal, "
                 "and the run was not left fenced"
             )
-    elif entry.token is not None and event.lease_token != entry.token:
+    elif (
+        entry.token is not None
+        and event.lease_token != entry.token
+        and event.payload.get("resolved_by") != "probe"  # recorded by a later segment
+    ):
         report.violations.append(
             f"run {run.id}: write {key} ran under token {entry.token} but was recorded "
             f"under token {event.lease_token}"
@@ -499,6 +524,8 @@ def _interrupted_write_allowed(run: Run, walk: _Walk) -> bool:
         return True
     if run.status is RunStatus.RUNNING or run.status is RunStatus.FAILED:
         return fenced
+    if run.status is RunStatus.QUEUED:  # back in doubt: the next segment asks the probe
+        return fenced and run.fence_probe
     return run.status is RunStatus.CANCELLED  # a cancel keeps the fence; it never resumes
 
 

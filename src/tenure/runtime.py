@@ -149,6 +149,7 @@ class Runtime:
         input_schema: Any = None,
         sensitive: bool = False,
         approval_timeout: float | None = None,
+        probe: Callable[..., Any] | None = None,
     ) -> Any:
         """Register a tool: `@rt.tool` or `@rt.tool(effect=..., timeout=..., name=...)`.
 
@@ -157,6 +158,9 @@ class Runtime:
         submits values (`submit_input`) that overlay the model's arguments. `sensitive`
         hides the call's arguments while it is held (`status()`, `pending_calls()`, the
         dashboard); a held call of any other tool shows them to whoever decides it.
+        `probe(ctx, **args)`, for a non-idempotent write, tells whether an interrupted call
+        happened (`tenure.Probe.done(result)`, `.not_done()`, `.unknown(reason)`): such a
+        run goes back in doubt instead of being dead-lettered (SPEC §16).
         """
 
         def register(f: F) -> F:
@@ -170,6 +174,7 @@ class Runtime:
                     input_schema=input_schema,
                     sensitive=sensitive,
                     approval_timeout=approval_timeout,
+                    probe=probe,
                 )
             )
             return f
@@ -245,6 +250,7 @@ class Runtime:
             claimed.request,
             claimed.requeue_count,
             decision=claimed.decision,
+            fence_call=claimed.fence_call,
         ).execute()
 
     def worker(

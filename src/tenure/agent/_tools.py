@@ -78,6 +78,8 @@ class Tool:
     arguments: type[BaseModel] | None
     takes_context: bool
     gate: Gate = field(default_factory=Gate)
+    # Tells whether an interrupted write happened (SPEC §16): `probe(ctx, **args) -> Probe`.
+    probe: Callable[..., Any] | None = None
     parameters: dict[str, Any] | None = None
 
     @property
@@ -158,10 +160,12 @@ def make_tool(
     input_schema: type[BaseModel] | dict[str, Any] | None = None,
     sensitive: bool = False,
     approval_timeout: float | None = None,
+    probe: Callable[..., Any] | None = None,
 ) -> Tool:
     tool_name = _check_name(name or getattr(fn, "__name__", ""))
     timeout = check_seconds(f"tool {tool_name}: timeout", timeout)
     effect = _effect(tool_name, effect)
+    _check_probe(tool_name, effect, probe)
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:
@@ -202,7 +206,20 @@ def make_tool(
             sensitive=sensitive,
             approval_timeout=approval_timeout,
         ),
+        probe=probe,
     )
+
+
+def _check_probe(name: str, effect: ToolEffect, probe: Callable[..., Any] | None) -> None:
+    if probe is None:
+        return
+    if effect is not ToolEffect.NON_IDEMPOTENT_WRITE:
+        raise InvalidRequest(
+            f"tool {name}: a probe tells whether an interrupted non-idempotent write happened;"
+            f" this tool is {effect}"
+        )
+    if not callable(probe):
+        raise InvalidRequest(f"tool {name}: probe must be callable, got {probe!r}")
 
 
 def _check_name(name: Any) -> str:
@@ -393,6 +410,7 @@ def _differences(known: Tool, new: Tool) -> list[str]:
         ),
         "sensitive": (gate_a.sensitive, gate_b.sensitive),
         "approval_timeout": (gate_a.approval_timeout, gate_b.approval_timeout),
+        "probe": (known.probe, new.probe),
     }
     return [name for name, (a, b) in pairs.items() if a != b]
 

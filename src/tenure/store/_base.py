@@ -42,6 +42,9 @@ class Claimed:
     request: str | None  # raw JSON as stored; parsing it is the runtime's job
     requeue_count: int
     decision: str | None = None  # raw JSON: a person's decision the run continues with
+    # Raw JSON of the call an in-doubt fence stands for (SPEC §16): the new segment asks
+    # that tool's probe whether the write happened before anything else.
+    fence_call: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class StaleRun:
     pending_effect: ToolEffect | None
     has_request: bool
     requeue_count: int
+    fence_probe: bool = False  # the fence's tool has a probe: requeue in doubt
 
 
 class Store(Protocol):
@@ -132,7 +136,27 @@ class Store(Protocol):
         guard, only while unexpired, never shortening it, in one statement; the run ids
         renewed (a missing one is no longer the segment's)."""
 
-    def mark_fence(self, lease: Lease, effect: ToolEffect, lease_seconds: float) -> bool: ...
+    def mark_fence(
+        self,
+        lease: Lease,
+        effect: ToolEffect,
+        lease_seconds: float,
+        call: dict[str, Any] | None = None,
+        probe: bool = False,
+    ) -> bool:
+        """Stamp the fence of the write about to run, with the call it stands for and
+        whether its tool has a probe (SPEC §16), renewing the lease to cover the tool."""
+
+    def resolve_fence(
+        self, lease: Lease, lease_seconds: float, events: Sequence[NewEvent]
+    ) -> list[int] | None:
+        """Clear an in-doubt fence with the probe's events, in one transaction."""
+
+    def requeue_in_doubt(
+        self, lease: Lease, delay: float, error_class: FailureClass, error: str
+    ) -> bool:
+        """Back to the queue with its probe-able fence standing, charged to the budget;
+        only while that fence stands."""
 
     def clear_fence(self, lease: Lease, lease_seconds: float, event: NewEvent) -> int | None:
         """Clear the fence and append the write's event in one transaction."""
@@ -211,6 +235,9 @@ class Store(Protocol):
         """Requeue a run whose lease expired, only while it is still exactly as `seen`: same
         lease token, fence, requeue count and request. A decision read from a row is guarded
         by everything it read (a fence stamped after the read must not be cleared)."""
+
+    def requeue_in_doubt_stale(self, seen: StaleRun) -> bool:
+        """The reaper's in-doubt requeue, guarded like `requeue_stale`."""
 
     def dead_letter_stale(self, seen: StaleRun, reason: TerminationReason, error: str) -> bool:
         """Dead-letter a run whose lease expired, only while it is still exactly as `seen`."""

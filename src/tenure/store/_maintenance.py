@@ -81,6 +81,7 @@ class Maintenance(SQLBase):
                 pending_effect=ToolEffect(row[2]) if row[2] else None,
                 has_request=bool(row[3]),
                 requeue_count=int(row[4]),
+                fence_probe=bool(row[5]),
             )
             for row in self._read(self._q["stale_runs"], {"limit": limit})
         ]
@@ -93,6 +94,7 @@ class Maintenance(SQLBase):
             "fence": str(seen.pending_effect or ""),
             "requeue_count": seen.requeue_count,
             "has_request": seen.has_request,
+            "fence_probe": seen.fence_probe,
         }
 
     def requeue_stale(self, seen: StaleRun) -> bool:
@@ -100,6 +102,14 @@ class Maintenance(SQLBase):
         event = lifecycle(EventKind.REQUEUED, cause="stale", lease_token=seen.lease_token)
         params = {**self._seen_params(seen), "error": error}
         return self._guarded("requeue_stale", params, seen.run_id, [event]) is not None
+
+    def requeue_in_doubt_stale(self, seen: StaleRun) -> bool:
+        error = "lease expired during a write whose tool has a probe: in doubt"
+        event = lifecycle(
+            EventKind.REQUEUED, cause="in_doubt", stale=True, lease_token=seen.lease_token
+        )
+        params = {**self._seen_params(seen), "error": error}
+        return self._guarded("requeue_in_doubt_stale", params, seen.run_id, [event]) is not None
 
     def dead_letter_stale(self, seen: StaleRun, reason: TerminationReason, error: str) -> bool:
         event = lifecycle(
@@ -119,8 +129,11 @@ class Maintenance(SQLBase):
             row = cur.execute(self._q["redrive"], params).fetchone()
             if row is None:
                 return False
-            prior = fence[0] if fence else ""
-            event = lifecycle(EventKind.REDRIVEN, force=force, pending_effect=prior)
+            prior, probe = (fence[0], bool(fence[1])) if fence else ("", False)
+            # A probe-able fence stays (the run goes back in doubt); the event says so.
+            event = lifecycle(
+                EventKind.REDRIVEN, force=force, pending_effect=prior, fence_probe=probe
+            )
             self._append(cur, run_id, row[0], row[1], row[2], [event])
             return True
 

@@ -147,9 +147,46 @@ class OwnerTransitions(SQLBase):
         )
         return {row[0] for row in rows}
 
-    def mark_fence(self, lease: Lease, effect: ToolEffect, lease_seconds: float) -> bool:
-        params = {**self._lease_params(lease), "effect": str(effect), "lease": lease_seconds}
+    def mark_fence(
+        self,
+        lease: Lease,
+        effect: ToolEffect,
+        lease_seconds: float,
+        call: dict[str, Any] | None = None,
+        probe: bool = False,
+    ) -> bool:
+        params = {
+            **self._lease_params(lease),
+            "effect": str(effect),
+            "lease": lease_seconds,
+            "call": None if call is None else dumps(call),
+            "probe": bool(probe),
+        }
         return self._guarded("mark_fence", params, lease.run_id, []) is not None
+
+    def resolve_fence(
+        self, lease: Lease, lease_seconds: float, events: Sequence[NewEvent]
+    ) -> list[int] | None:
+        params = {**self._lease_params(lease), "lease": lease_seconds}
+        return self._guarded("clear_fence", params, lease.run_id, events, lease)
+
+    def requeue_in_doubt(
+        self, lease: Lease, delay: float, error_class: FailureClass, error: str
+    ) -> bool:
+        params = {
+            **self._lease_params(lease),
+            "delay": delay,
+            "error_class": str(error_class),
+            "error": error,
+        }
+        event = lifecycle(
+            EventKind.REQUEUED,
+            cause="in_doubt",
+            error_class=str(error_class),
+            error=error,
+            delay=round(delay, 3),
+        )
+        return self._guarded("requeue_in_doubt", params, lease.run_id, [event], lease) is not None
 
     def clear_fence(self, lease: Lease, lease_seconds: float, event: NewEvent) -> int | None:
         params = {**self._lease_params(lease), "lease": lease_seconds}

@@ -103,6 +103,7 @@ def run_from_row(row: Sequence[Any], time: Time) -> Run:
         updated_at,
         waiting,
         wait_deadline,
+        fence_probe,
         request,
     ) = row
     r = _Reader(time)
@@ -134,6 +135,7 @@ def run_from_row(row: Sequence[Any], time: Time) -> Run:
         updated_at=r.required_time("updated_at", updated_at),
         waiting=r.field("waiting", _waiting_view, waiting, None),
         wait_deadline=r.time("wait_deadline", wait_deadline),
+        fence_probe=bool(fence_probe),
         damaged=r.damaged,
     )
 

@@ -33,6 +33,7 @@ RUN_COLUMNS = (
     "updated_at",
     "waiting",
     "wait_deadline",
+    "fence_probe",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)

@@ -22,7 +22,7 @@ from tenure._types import (
 from tenure.store._base import Claimed, Lease, NewEvent
 
 T = TypeVar("T")
-ClaimRow = tuple[str, int, int, str | None, int, int, str | None]
+ClaimRow = tuple[str, int, int, str | None, int, int, str | None, str | None]
 
 
 class Cursor(Protocol):
@@ -174,11 +174,13 @@ class SQLBase(ABC):
         `events` for the caller to insert)."""
         out = []
         pending: list[dict[str, Any]] = [] if events is None else events
-        for run_id, token, attempt, request, requeue_count, last, decision in rows:
+        for run_id, token, attempt, request, requeue_count, last, decision, fence in rows:
             event = lifecycle(EventKind.CLAIMED, worker=owner, lease_token=token, attempt=attempt)
             _event_rows(pending, run_id, last, attempt, token, [*before, event])
             out.append(
-                Claimed(Lease(run_id, owner, token, attempt), request, requeue_count, decision)
+                Claimed(
+                    Lease(run_id, owner, token, attempt), request, requeue_count, decision, fence
+                )
             )
         if events is None:
             self._insert_events(cur, pending)

@@ -301,8 +301,15 @@ class ObservedStore:
                 self._missed(lease)
         return renewed
 
-    def mark_fence(self, lease: Lease, effect: ToolEffect, lease_seconds: float) -> bool:
-        won = self.inner.mark_fence(lease, effect, lease_seconds)
+    def mark_fence(
+        self,
+        lease: Lease,
+        effect: ToolEffect,
+        lease_seconds: float,
+        call: dict[str, Any] | None = None,
+        probe: bool = False,
+    ) -> bool:
+        won = self.inner.mark_fence(lease, effect, lease_seconds, call, probe)
         if not won:
             self._missed(lease)
         return won

@@ -91,7 +91,7 @@ UPDATE tenure_runs r
   FROM picked
  WHERE r.id = picked.id
 RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_sequence,
-          r.decision;
+          r.decision, r.fence_call;
 
 -- name: claim_run
 -- Claim one named run, if it is queued and claimable now.
@@ -103,7 +103,8 @@ UPDATE tenure_runs
        started_at = COALESCE(started_at, {now}), updated_at = {now},
        last_sequence = last_sequence + %(n)s
  WHERE id = %(id)s AND status = 'queued' AND available_at <= {now}
-RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
+          fence_call;
 
 -- name: record_step
 -- Heartbeat: renew the lease of the owner, reserve %(n)s event sequences, add usage.
@@ -133,7 +134,7 @@ RETURNING r.id;
 -- name: mark_fence
 -- Stamp the effect of the write about to run; the lease is renewed to cover the tool.
 UPDATE tenure_runs
-   SET pending_effect = %(effect)s,
+   SET pending_effect = %(effect)s, fence_call = %(call)s, fence_probe = %(probe)s,
        lease_expires = {now} + make_interval(secs => %(lease)s), updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s
@@ -141,7 +142,8 @@ RETURNING last_sequence, attempt, lease_token;
 
 -- name: clear_fence
 UPDATE tenure_runs
-   SET pending_effect = '', lease_expires = {now} + make_interval(secs => %(lease)s),
+   SET pending_effect = '', fence_call = NULL, fence_probe = false,
+       lease_expires = {now} + make_interval(secs => %(lease)s),
        last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s
@@ -153,7 +155,8 @@ RETURNING last_sequence, attempt, lease_token;
 UPDATE tenure_runs
    SET status = 'queued', requeue_count = requeue_count + 1,
        available_at = {now} + make_interval(secs => %(delay)s), claimed_by = '',
-       lease_expires = NULL, pending_effect = '', error_class = %(error_class)s,
+       lease_expires = NULL, pending_effect = '', fence_call = NULL, fence_probe = false,
+       error_class = %(error_class)s,
        error = %(error)s, last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s
@@ -191,7 +194,8 @@ RETURNING last_sequence, attempt, lease_token,
 -- non-idempotent write is in flight (that run is dead-lettered instead).
 UPDATE tenure_runs
    SET status = 'queued', claimed_by = '', lease_expires = NULL,
-       pending_effect = '', last_sequence = last_sequence + %(n)s, updated_at = {now}
+       pending_effect = '', fence_call = NULL, fence_probe = false,
+       last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s AND pending_effect <> 'non_idempotent_write'
 RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
@@ -210,6 +214,8 @@ UPDATE tenure_runs r
        lease_expires = NULL,
        request = CASE WHEN b.keep THEN r.request ELSE NULL END,
        pending_effect = CASE WHEN b.keep_fence THEN r.pending_effect ELSE '' END,
+       fence_call = CASE WHEN b.keep_fence THEN r.fence_call END,
+       fence_probe = b.keep_fence AND r.fence_probe,
        decision = CASE WHEN b.keep THEN r.decision ELSE NULL END, waiting = NULL,
        wait_deadline = NULL,
        input_tokens = r.input_tokens + b.input_tokens,
@@ -243,7 +249,7 @@ SELECT id, claimed_by, lease_token, attempt FROM tenure_runs
 
 -- name: stale_runs
 -- Running rows whose lease expired: candidates for the reaper.
-SELECT id, lease_token, pending_effect, request IS NOT NULL, requeue_count
+SELECT id, lease_token, pending_effect, request IS NOT NULL, requeue_count, fence_probe
   FROM tenure_runs
  WHERE status = 'running' AND lease_expires < {now}
  ORDER BY lease_expires
@@ -258,11 +264,13 @@ SELECT id, lease_token, pending_effect, request IS NOT NULL, requeue_count
 -- since the read must never be cleared by a requeue decided without it).
 UPDATE tenure_runs
    SET status = 'queued', requeue_count = requeue_count + 1,
-       claimed_by = '', lease_expires = NULL, pending_effect = '',
+       claimed_by = '', lease_expires = NULL, pending_effect = '', fence_call = NULL,
+       fence_probe = false,
        error_class = 'timeout', error = %(error)s,
        last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND lease_expires < {now}
    AND lease_token = %(token)s AND pending_effect = %(fence)s
+   AND fence_probe = %(fence_probe)s
    AND requeue_count = %(requeue_count)s AND (request IS NOT NULL) = %(has_request)s
 RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
@@ -274,24 +282,27 @@ UPDATE tenure_runs
        last_sequence = last_sequence + %(n)s, finished_at = {now}, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND lease_expires < {now}
    AND lease_token = %(token)s AND pending_effect = %(fence)s
+   AND fence_probe = %(fence_probe)s
    AND requeue_count = %(requeue_count)s AND (request IS NOT NULL) = %(has_request)s
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: fence_of
 -- Locks the row so that the fence read is the one the redrive below replaces.
-SELECT pending_effect FROM tenure_runs WHERE id = %(id)s FOR UPDATE;
+SELECT pending_effect, fence_probe FROM tenure_runs WHERE id = %(id)s FOR UPDATE;
 
 -- name: redrive
 -- A dead-letter with its request back to the queue, with a fresh budget. A standing
 -- non-idempotent fence refuses unless forced: resuming would repeat that write.
 UPDATE tenure_runs
-   SET status = 'queued', termination_reason = '', requeue_count = 0, pending_effect = '',
+   SET status = 'queued', termination_reason = '', requeue_count = 0,
+       pending_effect = CASE WHEN fence_probe THEN pending_effect ELSE '' END,
+       fence_call = CASE WHEN fence_probe THEN fence_call END,
        available_at = {now}, finished_at = NULL, error_class = '', error = '',
        output = NULL, last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'failed'
    AND termination_reason IN ('retries_exhausted', 'not_retryable')
    AND request IS NOT NULL
-   AND (%(force)s OR pending_effect <> 'non_idempotent_write')
+   AND (%(force)s OR pending_effect <> 'non_idempotent_write' OR fence_probe)
 RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
 -- name: purge_events
@@ -335,6 +346,7 @@ SELECT {now} - make_interval(secs => %(age)s);
 -- interactive run stores its request now, so that any worker can continue it.
 UPDATE tenure_runs
    SET status = %(status)s, claimed_by = '', lease_expires = NULL, pending_effect = '',
+       fence_call = NULL, fence_probe = false,
        request = COALESCE(request, %(request)s::text), waiting = %(waiting)s, decision = NULL,
        wait_deadline = CASE WHEN %(timeout)s::float8 IS NULL THEN NULL
                             ELSE {now} + make_interval(secs => %(timeout)s::float8) END,
@@ -362,7 +374,8 @@ UPDATE tenure_runs
        waiting = NULL, wait_deadline = NULL, last_sequence = last_sequence + %(n)s,
        updated_at = {now}
  WHERE id = %(id)s AND status = %(expected)s
-RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
+          fence_call;
 
 -- name: expire_waits
 -- Runs that waited past their deadline are settled approval_denied (deadline and status
@@ -402,3 +415,34 @@ SELECT {run_columns}, NULL FROM tenure_runs
 -- How many runs are in each status, by termination reason (the dashboard's counts).
 SELECT status, termination_reason, COUNT(*) FROM tenure_runs
  GROUP BY status, termination_reason;
+
+-- name: requeue_in_doubt
+-- SPEC §16: a run whose non-idempotent write may have happened goes back to the queue with
+-- its fence standing, because its tool has a probe: the next segment asks the probe before
+-- anything else. Charged to the budget like a stale requeue. Applies only while that fence
+-- (and its probe) still stands.
+UPDATE tenure_runs
+   SET status = 'queued', requeue_count = requeue_count + 1,
+       available_at = {now} + make_interval(secs => %(delay)s), claimed_by = '',
+       lease_expires = NULL, error_class = %(error_class)s, error = %(error)s,
+       last_sequence = last_sequence + %(n)s, updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s AND pending_effect = 'non_idempotent_write' AND fence_probe
+RETURNING last_sequence, attempt, lease_token,
+          CASE WHEN %(delay)s <= 0 THEN pg_notify('tenure_runs', queue) END;
+
+-- name: requeue_in_doubt_stale
+-- The reaper's in-doubt requeue: guarded, like requeue_stale, by everything it read.
+UPDATE tenure_runs
+   SET status = 'queued', requeue_count = requeue_count + 1,
+       claimed_by = '', lease_expires = NULL, error_class = 'timeout', error = %(error)s,
+       last_sequence = last_sequence + %(n)s, updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND lease_expires < {now}
+   AND lease_token = %(token)s AND pending_effect = %(fence)s
+   AND fence_probe = %(fence_probe)s
+   AND requeue_count = %(requeue_count)s AND (request IS NOT NULL) = %(has_request)s
+RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
+
+-- name: fence_call_of
+-- The call an in-doubt fence stands for.
+SELECT pending_effect, fence_call, fence_probe FROM tenure_runs WHERE id = %(id)s;

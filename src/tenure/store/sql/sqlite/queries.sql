@@ -48,7 +48,8 @@ UPDATE tenure_runs
                  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
                ORDER BY available_at
                LIMIT :limit)
-RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
+          fence_call;
 
 -- name: claim_run
 -- Claim one named run, if it is queued and claimable now.
@@ -59,7 +60,8 @@ UPDATE tenure_runs
        started_at = COALESCE(started_at, {now}), updated_at = {now},
        last_sequence = last_sequence + :n
  WHERE id = :id AND status = 'queued' AND available_at <= {now}
-RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
+          fence_call;
 
 -- name: record_step
 -- Heartbeat: renew the lease of the owner, reserve :n event sequences, add usage.
@@ -87,13 +89,14 @@ RETURNING id;
 -- name: mark_fence
 -- Stamp the effect of the write about to run; the lease is renewed to cover the tool.
 UPDATE tenure_runs
-   SET pending_effect = :effect, lease_expires = {now} + :lease, updated_at = {now}
+   SET pending_effect = :effect, fence_call = :call, fence_probe = :probe,
+       lease_expires = {now} + :lease, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: clear_fence
 UPDATE tenure_runs
-   SET pending_effect = '', lease_expires = {now} + :lease,
+   SET pending_effect = '', fence_call = NULL, fence_probe = 0, lease_expires = {now} + :lease,
        last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
 RETURNING last_sequence, attempt, lease_token;
@@ -103,7 +106,8 @@ RETURNING last_sequence, attempt, lease_token;
 UPDATE tenure_runs
    SET status = 'queued', requeue_count = requeue_count + 1,
        available_at = {now} + :delay, claimed_by = '', lease_expires = NULL,
-       pending_effect = '', error_class = :error_class, error = :error,
+       pending_effect = '', fence_call = NULL, fence_probe = 0, error_class = :error_class,
+       error = :error,
        last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
 RETURNING last_sequence, attempt, lease_token;
@@ -137,7 +141,8 @@ RETURNING last_sequence, attempt, lease_token;
 -- non-idempotent write is in flight (that run is dead-lettered instead).
 UPDATE tenure_runs
    SET status = 'queued', claimed_by = '', lease_expires = NULL,
-       pending_effect = '', last_sequence = last_sequence + :n, updated_at = {now}
+       pending_effect = '', fence_call = NULL, fence_probe = 0,
+       last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
    AND pending_effect <> 'non_idempotent_write'
 RETURNING last_sequence, attempt, lease_token;
@@ -159,6 +164,9 @@ UPDATE tenure_runs INDEXED BY sqlite_autoindex_tenure_runs_1
        request = CASE WHEN json_extract(b.value, '$.keep') THEN request ELSE NULL END,
        pending_effect = CASE WHEN json_extract(b.value, '$.keep_fence') THEN pending_effect
                              ELSE '' END,
+       fence_call = CASE WHEN json_extract(b.value, '$.keep_fence') THEN fence_call END,
+       fence_probe = CASE WHEN json_extract(b.value, '$.keep_fence') THEN fence_probe
+                          ELSE 0 END,
        decision = CASE WHEN json_extract(b.value, '$.keep') THEN decision ELSE NULL END,
        waiting = NULL, wait_deadline = NULL,
        input_tokens = input_tokens + json_extract(b.value, '$.input_tokens'),
@@ -192,7 +200,7 @@ SELECT id, claimed_by, lease_token, attempt FROM tenure_runs
 
 -- name: stale_runs
 -- Running rows whose lease expired: candidates for the reaper.
-SELECT id, lease_token, pending_effect, request IS NOT NULL, requeue_count
+SELECT id, lease_token, pending_effect, request IS NOT NULL, requeue_count, fence_probe
   FROM tenure_runs
  WHERE status = 'running' AND lease_expires < {now}
  ORDER BY lease_expires
@@ -206,11 +214,12 @@ SELECT id, lease_token, pending_effect, request IS NOT NULL, requeue_count
 -- stamped since the read must never be cleared by a requeue decided without it).
 UPDATE tenure_runs
    SET status = 'queued', requeue_count = requeue_count + 1,
-       claimed_by = '', lease_expires = NULL, pending_effect = '',
+       claimed_by = '', lease_expires = NULL, pending_effect = '', fence_call = NULL,
+       fence_probe = 0,
        error_class = 'timeout', error = :error,
        last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND lease_expires < {now} AND lease_token = :token
-   AND pending_effect = :fence AND requeue_count = :requeue_count
+   AND pending_effect = :fence AND fence_probe = :fence_probe AND requeue_count = :requeue_count
    AND (request IS NOT NULL) = :has_request
 RETURNING last_sequence, attempt, lease_token;
 
@@ -221,24 +230,26 @@ UPDATE tenure_runs
        error = :error, claimed_by = '', lease_expires = NULL,
        last_sequence = last_sequence + :n, finished_at = {now}, updated_at = {now}
  WHERE id = :id AND status = 'running' AND lease_expires < {now} AND lease_token = :token
-   AND pending_effect = :fence AND requeue_count = :requeue_count
+   AND pending_effect = :fence AND fence_probe = :fence_probe AND requeue_count = :requeue_count
    AND (request IS NOT NULL) = :has_request
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: fence_of
-SELECT pending_effect FROM tenure_runs WHERE id = :id;
+SELECT pending_effect, fence_probe FROM tenure_runs WHERE id = :id;
 
 -- name: redrive
 -- A dead-letter with its request back to the queue, with a fresh budget. A standing
 -- non-idempotent fence refuses unless forced: resuming would repeat that write.
 UPDATE tenure_runs
-   SET status = 'queued', termination_reason = '', requeue_count = 0, pending_effect = '',
+   SET status = 'queued', termination_reason = '', requeue_count = 0,
+       pending_effect = CASE WHEN fence_probe THEN pending_effect ELSE '' END,
+       fence_call = CASE WHEN fence_probe THEN fence_call END,
        available_at = {now}, finished_at = NULL, error_class = '', error = '',
        output = NULL, last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'failed'
    AND termination_reason IN ('retries_exhausted', 'not_retryable')
    AND request IS NOT NULL
-   AND (:force OR pending_effect <> 'non_idempotent_write')
+   AND (:force OR pending_effect <> 'non_idempotent_write' OR fence_probe)
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: purge_events
@@ -279,6 +290,7 @@ SELECT {now} - :age;
 -- interactive run stores its request now, so that any worker can continue it.
 UPDATE tenure_runs
    SET status = :status, claimed_by = '', lease_expires = NULL, pending_effect = '',
+       fence_call = NULL, fence_probe = 0,
        request = COALESCE(request, :request), waiting = :waiting, decision = NULL,
        wait_deadline = CASE WHEN :timeout IS NULL THEN NULL
                             ELSE {now} + :timeout END,
@@ -306,7 +318,8 @@ UPDATE tenure_runs
        waiting = NULL, wait_deadline = NULL, last_sequence = last_sequence + :n,
        updated_at = {now}
  WHERE id = :id AND status = :expected
-RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision;
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
+          fence_call;
 
 -- name: expire_waits
 -- Runs that waited past their deadline are settled approval_denied (deadline and status
@@ -346,3 +359,32 @@ SELECT {run_columns}, NULL FROM tenure_runs
 -- How many runs are in each status, by termination reason (the dashboard's counts).
 SELECT status, termination_reason, COUNT(*) FROM tenure_runs
  GROUP BY status, termination_reason;
+
+-- name: requeue_in_doubt
+-- SPEC §16: a run whose non-idempotent write may have happened goes back to the queue with
+-- its fence standing, because its tool has a probe: the next segment asks the probe before
+-- anything else. Charged to the budget like a stale requeue. Applies only while that fence
+-- (and its probe) still stands.
+UPDATE tenure_runs
+   SET status = 'queued', requeue_count = requeue_count + 1,
+       available_at = {now} + :delay, claimed_by = '', lease_expires = NULL,
+       error_class = :error_class, error = :error,
+       last_sequence = last_sequence + :n, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND pending_effect = 'non_idempotent_write' AND fence_probe
+RETURNING last_sequence, attempt, lease_token;
+
+-- name: requeue_in_doubt_stale
+-- The reaper's in-doubt requeue: guarded, like requeue_stale, by everything it read.
+UPDATE tenure_runs
+   SET status = 'queued', requeue_count = requeue_count + 1,
+       claimed_by = '', lease_expires = NULL, error_class = 'timeout', error = :error,
+       last_sequence = last_sequence + :n, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND lease_expires < {now} AND lease_token = :token
+   AND pending_effect = :fence AND fence_probe = :fence_probe AND requeue_count = :requeue_count
+   AND (request IS NOT NULL) = :has_request
+RETURNING last_sequence, attempt, lease_token;
+
+-- name: fence_call_of
+-- The call an in-doubt fence stands for.
+SELECT pending_effect, fence_call, fence_probe FROM tenure_runs WHERE id = :id;

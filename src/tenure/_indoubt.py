@@ -1,0 +1,161 @@
+"""In-doubt writes resolved by a probe (SPEC §16).
+
+A run requeued with its non-idempotent fence standing (its worker died inside the write, or
+the write's step failed, or a drain caught it) comes back to a segment that, before anything
+else, asks the write tool's probe whether the interrupted call happened:
+
+- `done`: the `probe` event, a `tool` event carrying the probe's result (`resolved_by:
+  "probe"`) and the fence cleared, in one transaction; the loop goes on as if the write had
+  returned that result;
+- `not_done`: the `probe` event and the fence cleared in one transaction; the write then
+  runs again, fenced again, with the same idempotency key;
+- `unknown`, or the probe raises or times out: dead-letter `not_retryable`, fence standing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from tenure import _policy
+from tenure._classify import describe
+from tenure._errors import Cancelled
+from tenure._recovery import dead_letter
+from tenure._types import (
+    EventKind,
+    FailureClass,
+    Outcome,
+    Probe,
+    RunRequest,
+    RunResult,
+    TerminationReason,
+    ToolContext,
+)
+from tenure.agent._journal import Journal, PendingCall, idempotency_key
+from tenure.agent._tools import InvalidArguments, Tool
+from tenure.store._base import NewEvent
+
+if TYPE_CHECKING:
+    from tenure._ladder import Segment
+
+# How often a segment waiting for its probe looks whether the run is still its own.
+PROBE_POLL_SECONDS = 0.05
+
+
+def resolve(
+    segment: Segment, request: RunRequest, journal: Journal, fence_call: str
+) -> RunResult | None:
+    """Ask the probe about the call the standing fence names; None: the loop goes on."""
+    call: dict[str, Any] = json.loads(fence_call)
+    key = str(call.get("idempotency_key"))
+    pending = next(
+        (
+            p
+            for p in journal.pending
+            if idempotency_key(segment.run_id, p.llm_sequence, p.index) == key
+        ),
+        None,
+    )
+    tool = segment.tool_of(request, str(call.get("name")))
+    started = time.monotonic()
+    verdict = _ask(segment, tool, pending, call, key)
+    payload: dict[str, Any] = {
+        "name": call.get("name"),
+        "args": call.get("args"),
+        "idempotency_key": key,
+        "verdict": verdict.verdict,
+        "duration_ms": round((time.monotonic() - started) * 1000, 3),
+    }
+    if verdict.verdict == "unknown":
+        payload["reason"] = verdict.reason
+        return _dead_letter(segment, NewEvent(EventKind.PROBE, payload), verdict.reason)
+    assert tool is not None and pending is not None  # _ask says unknown otherwise
+    if verdict.verdict == "not_done":
+        # The write runs again in the loop, fenced again, with the same idempotency key.
+        segment.resolve_fence([NewEvent(EventKind.PROBE, payload)])
+        return None
+    result = _json_value(verdict.result)
+    payload["result"] = result
+    from tenure._ladder import tool_event  # the ladder imports this module
+
+    written = tool_event(pending, tool.effect, key, result, None, started, resolved_by="probe")
+    segment.resolve_fence([NewEvent(EventKind.PROBE, payload), written])
+    journal.add_result(pending.call.id, result, None)
+    return None
+
+
+def _ask(
+    segment: Segment,
+    tool: Tool | None,
+    pending: PendingCall | None,
+    call: dict[str, Any],
+    key: str,
+) -> Probe:
+    """The probe's verdict; every way it cannot answer is `unknown`."""
+    if tool is None or tool.probe is None:
+        return Probe.unknown(f"no probe for tool {call.get('name')!r} in this process")
+    if pending is None:
+        return Probe.unknown("the fenced call is not among the run's pending calls")
+    try:
+        values = tool.validate(dict(call.get("args") or {}))
+    except InvalidArguments as exc:
+        return Probe.unknown(f"the fenced call's arguments no longer validate: {exc}")
+    context = ToolContext(
+        segment.run_id,
+        segment.lease.attempt,
+        key,
+        segment.lease.token,
+        tool.effect,
+        segment.abort_signal,
+    )
+    return _run_probe(segment, tool, context, values)
+
+
+def _run_probe(segment: Segment, tool: Tool, context: ToolContext, values: dict[str, Any]) -> Probe:
+    """The probe, on its own thread, given the tool's timeout (a probe only reads, so one
+    left behind after its timeout does no harm; nothing it returns late is used)."""
+    answer: list[Any] = []
+    answered = threading.Event()
+
+    def ask() -> None:
+        assert tool.probe is not None
+        try:
+            answer.append(tool.probe(context, **values))
+        except BaseException as exc:  # reported as the verdict, never raised here
+            answer.append(exc)
+        answered.set()
+
+    thread = threading.Thread(target=ask, name=f"tenure-probe-{tool.name}", daemon=True)
+    deadline = time.monotonic() + tool.timeout
+    with segment.step_deadline(tool.timeout):
+        thread.start()
+        # Wait for the answer, the timeout, or the run leaving this segment (the keeper's
+        # abort): then nothing more is written, whatever the probe says later.
+        while not answered.wait(PROBE_POLL_SECONDS):
+            if segment.abort_signal.is_set():
+                raise Cancelled("the run left this segment while its probe ran")
+            if time.monotonic() >= deadline:
+                return Probe.unknown(f"the probe did not answer within {tool.timeout:g}s")
+    found = answer[0]
+    if isinstance(found, BaseException):
+        return Probe.unknown(f"the probe raised {describe(found)}")
+    if not isinstance(found, Probe) or found.verdict not in ("done", "not_done", "unknown"):
+        return Probe.unknown(f"the probe returned {found!r}, not a tenure.Probe")
+    return found
+
+
+def _dead_letter(segment: Segment, probe_event: NewEvent, reason: str) -> RunResult:
+    verdict = _policy.DeadLetter(
+        TerminationReason.NOT_RETRYABLE,
+        f"the write's probe could not tell whether it happened: {reason}",
+    )
+    settlement = dead_letter(verdict, FailureClass.UNKNOWN, verdict.why, "probe")
+    segment.settle(dataclasses.replace(settlement, events=(probe_event, *settlement.events)))
+    return segment.result_of(Outcome.FAILED)
+
+
+def _json_value(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))

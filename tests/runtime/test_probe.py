@@ -1,0 +1,255 @@
+"""In-doubt writes resolved by a probe (SPEC §16), on both stores: each verdict, a probe that
+raises or hangs, a run cancelled mid-probe, the reaper without the app, the budget, and the
+redrive of a probe-able dead-letter."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import tenure
+from tenure import EventKind, FailureClass, Outcome, Probe, RunRequest, RunStatus, ToolEffect
+from tenure._reaper import Reaper
+from tenure.audit import audit
+from tenure.store import open_store
+
+MakeRuntime = Callable[..., tenure.Runtime]
+WRITE = ToolEffect.NON_IDEMPOTENT_WRITE
+
+
+class Ledger:
+    """An outside system that keeps every payment under its idempotency key."""
+
+    def __init__(self) -> None:
+        self.rows: list[str] = []
+        self.lock = threading.Lock()
+
+    def pay(self, key: str) -> None:
+        with self.lock:
+            self.rows.append(key)
+
+    def paid(self, key: str) -> bool:
+        with self.lock:
+            return key in self.rows
+
+
+def payment_app(
+    make_runtime: MakeRuntime,
+    *,
+    fail_after_paying: bool,
+    probe: Callable[..., Any] | None = None,
+    **runtime: Any,
+) -> tuple[tenure.Runtime, Ledger, str]:
+    """A run whose `pay` write fails on attempt 0 (after or before paying): its fence stands,
+    so failure recovery sends it back in doubt."""
+    rt = make_runtime(**runtime)
+    ledger = Ledger()
+
+    def check(ctx: tenure.ToolContext, amount: int) -> Probe:
+        return (
+            Probe.done({"paid": amount}) if ledger.paid(ctx.idempotency_key) else (Probe.not_done())
+        )
+
+    @rt.tool(effect=WRITE, timeout=2, probe=probe or check)
+    def pay(ctx: tenure.ToolContext, amount: int) -> dict[str, int]:
+        if ctx.attempt == 0 and not fail_after_paying:
+            raise tenure.RetryableError("gateway timeout", failure_class=FailureClass.TIMEOUT)
+        ledger.pay(ctx.idempotency_key)
+        if ctx.attempt == 0:
+            raise tenure.RetryableError("no answer", failure_class=FailureClass.TIMEOUT)
+        return {"paid": amount}
+
+    run_id = rt.enqueue(
+        RunRequest(
+            prompt="pay",
+            model="scripted",
+            tools=["pay"],
+            script=[{"call": [{"tool": "pay", "args": {"amount": 7}}]}, {"say": "paid"}],
+        )
+    )
+    return rt, ledger, run_id
+
+
+def kinds(rt: tenure.Runtime, run_id: str) -> list[str]:
+    return [str(e.kind) for e in rt.events(run_id)]
+
+
+def in_doubt(rt: tenure.Runtime, run_id: str) -> None:
+    """The first segment fails inside the write: requeued in doubt, fence standing."""
+    first = rt.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED
+    assert run.pending_effect is WRITE and run.fence_probe and run.requeue_count == 1
+    requeued = [e for e in rt.events(run_id) if e.kind is EventKind.REQUEUED]
+    assert requeued[-1].payload["cause"] == "in_doubt"
+
+
+def probe_event(rt: tenure.Runtime, run_id: str) -> dict[str, Any]:
+    (found,) = [e.payload for e in rt.events(run_id) if e.kind is EventKind.PROBE]
+    return found
+
+
+def test_done_records_the_write_once_with_the_probes_result(make_runtime: MakeRuntime) -> None:
+    rt, ledger, run_id = payment_app(make_runtime, fail_after_paying=True)
+    in_doubt(rt, run_id)
+    second = rt.run_queued(run_id)
+    assert second is not None and second.outcome is Outcome.COMPLETED
+    assert len(ledger.rows) == 1  # the write happened once, and was not repeated
+    probe = probe_event(rt, run_id)
+    assert probe["verdict"] == "done" and probe["result"] == {"paid": 7}
+    assert probe["idempotency_key"] == ledger.rows[0] and probe["name"] == "pay"
+    (tool,) = [e.payload for e in rt.events(run_id) if e.kind is EventKind.TOOL]
+    assert tool["resolved_by"] == "probe" and tool["result"] == {"paid": 7}
+    assert tool["idempotency_key"] == ledger.rows[0]
+    seq = kinds(rt, run_id)
+    assert seq.index("probe") == seq.index("tool") - 1  # one transaction, probe first
+    run = rt.status(run_id)
+    assert run is not None and run.pending_effect is None and not run.fence_probe
+    report = audit(rt.store)
+    assert report.ok, report.summary()
+
+
+def test_not_done_runs_the_write_once_with_the_same_key(make_runtime: MakeRuntime) -> None:
+    rt, ledger, run_id = payment_app(make_runtime, fail_after_paying=False)
+    in_doubt(rt, run_id)
+    second = rt.run_queued(run_id)
+    assert second is not None and second.outcome is Outcome.COMPLETED
+    assert probe_event(rt, run_id)["verdict"] == "not_done"
+    (tool,) = [e.payload for e in rt.events(run_id) if e.kind is EventKind.TOOL]
+    assert "resolved_by" not in tool and tool["result"] == {"paid": 7}
+    assert ledger.rows == [tool["idempotency_key"]] == [probe_event(rt, run_id)["idempotency_key"]]
+    report = audit(rt.store)
+    assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize(
+    ("probe", "reason"),
+    [
+        (lambda ctx, amount: Probe.unknown("the gateway does not say"), "does not say"),
+        (lambda ctx, amount: 1 / 0, "raised"),
+        (lambda ctx, amount: time.sleep(5), "did not answer within"),
+        (lambda ctx, amount: "yes", "not a tenure.Probe"),
+    ],
+    ids=["unknown", "raises", "times_out", "not_a_probe"],
+)
+def test_a_probe_that_cannot_tell_dead_letters_with_the_fence_standing(
+    make_runtime: MakeRuntime, probe: Callable[..., Any], reason: str
+) -> None:
+    rt, ledger, run_id = payment_app(make_runtime, fail_after_paying=True, probe=probe)
+    in_doubt(rt, run_id)
+    second = rt.run_queued(run_id)
+    assert second is not None and second.outcome is Outcome.FAILED
+    run = rt.status(run_id)
+    assert run is not None and run.termination_reason is tenure.TerminationReason.NOT_RETRYABLE
+    assert run.pending_effect is WRITE and run.fence_probe
+    found = probe_event(rt, run_id)
+    assert found["verdict"] == "unknown" and reason in found["reason"]
+    assert kinds(rt, run_id)[-2:] == ["probe", "dead_lettered"]
+    assert len(ledger.rows) == 1  # never repeated
+    report = audit(rt.store)
+    assert report.ok, report.summary()
+
+
+def test_a_run_cancelled_while_its_probe_runs_writes_nothing(make_runtime: MakeRuntime) -> None:
+    started = threading.Event()
+
+    def slow_probe(ctx: tenure.ToolContext, amount: int) -> Probe:
+        started.set()
+        while not ctx.cancelled:
+            time.sleep(0.01)
+        return Probe.done({"paid": amount})
+
+    rt, _, run_id = payment_app(
+        make_runtime, fail_after_paying=True, probe=slow_probe, lease_seconds=0.6
+    )
+    in_doubt(rt, run_id)
+    result: list[Any] = []
+    segment = threading.Thread(target=lambda: result.append(rt.run_queued(run_id)))
+    segment.start()
+    assert started.wait(10)
+    before = kinds(rt, run_id)
+    assert rt.cancel(run_id)
+    segment.join(10)
+    assert result[0].outcome is Outcome.CANCELLED
+    assert kinds(rt, run_id) == [*before, "cancelled"]  # no probe event, no tool event
+    run = rt.status(run_id)
+    assert run is not None and run.pending_effect is WRITE  # a cancel keeps the evidence
+
+
+def test_the_reaper_without_the_app_requeues_a_probeable_fence_in_doubt(
+    make_runtime: MakeRuntime, db_url: str
+) -> None:
+    """The decision needs no app: the row says the fence's tool has a probe."""
+    rt, _, run_id = payment_app(make_runtime, fail_after_paying=True, lease_seconds=0.3)
+    store = rt.store
+    claimed = store.claim_run(run_id, "worker:dead:1:1", 0.3)
+    assert claimed is not None
+    call = {"name": "pay", "args": {"amount": 7}, "idempotency_key": "k", "turn": 0, "index": 0}
+    assert store.mark_fence(claimed.lease, WRITE, 0.3, call, True)
+    time.sleep(0.5)
+    bare = open_store(db_url)  # no tools, no models: what `tenure reap` from cron has
+    try:
+        report = Reaper(bare, 3).run_once()
+    finally:
+        bare.close()
+    assert report.requeued == 1 and report.dead_lettered == 0
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED and run.requeue_count == 1
+    assert run.pending_effect is WRITE and run.fence_probe
+    assert rt.events(run_id)[-1].payload["cause"] == "in_doubt"
+
+
+def test_repeated_in_doubt_requeues_spend_the_budget(make_runtime: MakeRuntime) -> None:
+    def never_sure(ctx: tenure.ToolContext, amount: int) -> Probe:
+        return Probe.not_done()
+
+    rt = make_runtime(max_requeues=2)
+
+    @rt.tool(effect=WRITE, probe=never_sure)
+    def pay(ctx: tenure.ToolContext, amount: int) -> None:
+        raise tenure.RetryableError("no answer", failure_class=FailureClass.TIMEOUT)
+
+    run_id = rt.enqueue(
+        RunRequest(
+            prompt="pay",
+            model="scripted",
+            tools=["pay"],
+            script=[{"call": [{"tool": "pay", "args": {"amount": 7}}]}, {"say": "paid"}],
+        )
+    )
+    outcomes = [rt.run_queued(run_id) for _ in range(3)]
+    assert [o.outcome for o in outcomes if o] == [
+        Outcome.REQUEUED,
+        Outcome.REQUEUED,
+        Outcome.FAILED,
+    ]
+    run = rt.status(run_id)
+    assert run is not None and run.termination_reason is tenure.TerminationReason.RETRIES_EXHAUSTED
+    assert run.pending_effect is WRITE and run.fence_probe  # kept as evidence
+    causes = [e.payload["cause"] for e in rt.events(run_id) if e.kind is EventKind.REQUEUED]
+    assert causes == ["in_doubt", "in_doubt"]
+
+    # A probe-able dead-letter is redriven without force: back in doubt, fence kept.
+    assert rt.redrive(run_id)
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED
+    assert run.pending_effect is WRITE and run.fence_probe
+    third = rt.run_queued(run_id)
+    assert third is not None
+    verdicts = [e.payload["verdict"] for e in rt.events(run_id) if e.kind is EventKind.PROBE]
+    assert verdicts[-1] == "not_done"
+    report = audit(rt.store, max_requeues=2)
+    assert report.ok, report.summary()
+
+
+def test_a_probe_only_for_a_non_idempotent_write(make_runtime: MakeRuntime) -> None:
+    rt = make_runtime()
+    with pytest.raises(tenure.InvalidRequest, match="probe"):
+
+        @rt.tool(effect=ToolEffect.IDEMPOTENT_WRITE, probe=lambda ctx: Probe.not_done())
+        def save() -> None: ...
