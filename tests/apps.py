@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,11 @@ def _append(path: str, line: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _lines(path: str) -> list[str]:
+    p = Path(path)
+    return [ln for ln in p.read_text().splitlines() if ln.strip()] if p.exists() else []
 
 
 class SlowToSerialise:
@@ -79,6 +85,8 @@ def make_app(db_url: str, ledger: str, lease: float = 1.0, max_requeues: int = 3
             return SlowToSerialise({"paid": amount}, slow_return, marks, who(ctx))
         return {"paid": amount}
 
+    _add_probed_pay(rt, ledger, mark)
+
     @rt.tool(effect=ToolEffect.IDEMPOTENT_WRITE, timeout=CRASH_TOOL_TIMEOUT)
     def save(ctx: ToolContext, slow_return: float = 0.0) -> Any:
         """An idempotent write: the same key converges wherever it runs."""
@@ -109,6 +117,29 @@ def make_app(db_url: str, ledger: str, lease: float = 1.0, max_requeues: int = 3
         return "rested"
 
     return rt
+
+
+def _add_probed_pay(
+    rt: tenure.Runtime, ledger: str, mark: Callable[[ToolContext, str], None]
+) -> None:
+    def paid(ctx: ToolContext, amount: int, gate: str = "", hold: float = 0.0) -> tenure.Probe:
+        """The probe of `pay_probed`: the ledger answers by idempotency key (SPEC §16)."""
+        keys = {line.split()[1] for line in _lines(ledger)}
+        if ctx.idempotency_key in keys:
+            return tenure.Probe.done({"paid": amount})
+        return tenure.Probe.not_done()
+
+    @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout=CRASH_TOOL_TIMEOUT, probe=paid)
+    def pay_probed(
+        ctx: ToolContext, amount: int, gate: str = "", hold: float = 0.0
+    ) -> dict[str, int]:
+        """`pay`, with a probe: an interrupted payment goes back in doubt, not to a person."""
+        mark(ctx, "started")
+        while gate and not Path(gate).exists():
+            time.sleep(0.02)
+        _append(ledger, f"{ctx.run_id} {ctx.idempotency_key} {ctx.fencing_token}\n")
+        time.sleep(hold)
+        return {"paid": amount}
 
 
 def main(argv: list[str]) -> int:

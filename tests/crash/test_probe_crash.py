@@ -1,0 +1,70 @@
+"""SIGKILL inside a write whose tool has a probe (SPEC §16), with real worker processes: the
+run goes back in doubt instead of to a person, the probe tells, and the ledger has the
+payment exactly once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tenure import EventKind, RunRequest, RunStatus
+from tenure.audit import audit, read_ledger
+
+from ..apps import make_app
+from ._workers import spawn, wait_for
+
+LEASE = 1.0
+pytestmark = pytest.mark.slow
+
+
+def _marks(ledger: Path) -> list[str]:
+    marks = Path(f"{ledger}.marks")
+    return marks.read_text().splitlines() if marks.exists() else []
+
+
+@pytest.mark.parametrize("paid_before_the_kill", [True, False], ids=["done", "not_done"])
+def test_sigkill_inside_a_probed_write_is_resolved_by_its_probe(
+    db_url: str, tmp_path: Path, paid_before_the_kill: bool
+) -> None:
+    ledger = tmp_path / "ledger"
+    gate = tmp_path / "gate"
+    rt = make_app(db_url, str(ledger), LEASE)
+    # done: the payment is made, then the worker holds (and is killed) before its event;
+    # not_done: the worker is killed while the payment waits for its gate.
+    args = {"amount": 9, "hold": 30.0} if paid_before_the_kill else {"amount": 9, "gate": str(gate)}
+    run_id = rt.enqueue(
+        RunRequest(
+            prompt="pay",
+            model="scripted",
+            tools=["pay_probed"],
+            script=[{"call": [{"tool": "pay_probed", "args": args}]}, {"say": "paid"}],
+        )
+    )
+    victim = spawn(db_url, ledger, "--concurrency", "1", lease=LEASE)
+    survivor = None
+    try:
+        if paid_before_the_kill:
+            wait_for(lambda: len(read_ledger(ledger)) == 1, 20, "the payment")
+        else:
+            wait_for(lambda: any("started" in m for m in _marks(ledger)), 20, "the write")
+        victim.kill()
+        gate.touch()  # the retried write, if any, goes through at once
+        survivor = spawn(db_url, ledger, "--concurrency", "1", lease=LEASE)
+        wait_for(lambda: rt.status(run_id).status.is_terminal, 30, "the run ended")  # type: ignore[union-attr]
+    finally:
+        victim.stop()
+        if survivor is not None:
+            survivor.stop()
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED, run
+    entries = read_ledger(ledger)
+    assert len(entries) == 1, entries  # exactly once, either way
+    probes = [e.payload for e in rt.events(run_id) if e.kind is EventKind.PROBE]
+    assert [p["verdict"] for p in probes] == ["done" if paid_before_the_kill else "not_done"]
+    assert probes[0]["idempotency_key"] == entries[0].idempotency_key
+    causes = [e.payload.get("cause") for e in rt.events(run_id) if e.kind is EventKind.REQUEUED]
+    assert causes == ["in_doubt"]
+    report = audit(rt.store, ledger)
+    assert report.ok, report.summary()
+    rt.close()
