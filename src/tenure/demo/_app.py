@@ -124,7 +124,9 @@ def check(name: str, idempotency_key: str) -> int:
     table = {"send_invoice": "demo_ledger", "set_order_status": "demo_orders"}.get(name)
     if table is None:
         return 0
-    row = _database().execute(
-        f"SELECT COUNT(*) FROM {table} WHERE idempotency_key = ?", (idempotency_key,)
-    ).fetchone()
+    row = (
+        _database()
+        .execute(f"SELECT COUNT(*) FROM {table} WHERE idempotency_key = ?", (idempotency_key,))
+        .fetchone()
+    )
     return int(row[0])

@@ -59,9 +59,7 @@ class CrashReport:
 
     def violations(self) -> list[str]:
         """One line per violated property: `scenario / point / property: why`."""
-        return [
-            f"{r.scenario} / {r.point} / {line}" for r in self.results for line in r.violations
-        ]
+        return [f"{r.scenario} / {r.point} / {line}" for r in self.results for line in r.violations]
 
     def violated(self, prop: str) -> list[Result]:
         return [r for r in self.results if r.verdicts[prop].ok is False]
@@ -90,9 +88,7 @@ def points_of(trace: Path, kinds: Sequence[str]) -> list[Point]:
 def writes_of(trace: Path) -> dict[str, str]:
     lines = trace.read_text(encoding="utf-8").splitlines() if trace.exists() else []
     return {
-        parts[1]: parts[2]
-        for parts in (line.split() for line in lines)
-        if parts[0] == WRITE_BEFORE
+        parts[1]: parts[2] for parts in (line.split() for line in lines) if parts[0] == WRITE_BEFORE
     }
 
 
@@ -217,9 +213,7 @@ def crashtest(
     where = Path(tempfile.mkdtemp(prefix="tenure-crashtest-") if own_dir else str(workdir))
     where.mkdir(parents=True, exist_ok=True)
     original = runtime.database_url
-    harness = Harness(
-        runtime, options, check or _module_check(spec), where, database, progress
-    )
+    harness = Harness(runtime, options, check or _module_check(spec), where, database, progress)
     report = CrashReport()
     started = time.monotonic()
     try:

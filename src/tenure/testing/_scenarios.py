@@ -31,15 +31,15 @@ def scenario(data: Mapping[str, Any], where: str = "scenario") -> Scenario:
         raise InvalidRequest(f"{where}: expected an object with a name and a request's fields")
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise InvalidRequest(f"{where}: needs a non-empty \"name\"")
+        raise InvalidRequest(f'{where}: needs a non-empty "name"')
     unknown = sorted(set(data) - _REQUEST_FIELDS - _DECISION_FIELDS - {"name"})
     if unknown:
         raise InvalidRequest(f"scenario {name!r}: unknown fields {unknown}")
     approve, values = data.get("approve", True), data.get("input", {})
     if not isinstance(approve, bool):
-        raise InvalidRequest(f"scenario {name!r}: \"approve\" must be true or false")
+        raise InvalidRequest(f'scenario {name!r}: "approve" must be true or false')
     if not isinstance(values, dict):
-        raise InvalidRequest(f"scenario {name!r}: \"input\" must be an object")
+        raise InvalidRequest(f'scenario {name!r}: "input" must be an object')
     try:
         request = RunRequest(**{k: v for k, v in data.items() if k in _REQUEST_FIELDS})
     except TypeError as exc:
