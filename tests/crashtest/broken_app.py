@@ -17,7 +17,7 @@ from . import _ledger
 rt = tenure.Runtime()
 rt.add_model("default", tenure.providers.Scripted())
 # Between reading "still waiting" and acting on it, as a call to a payment API takes.
-ACT_AFTER_READ_SECONDS = 0.3
+ACT_AFTER_READ_SECONDS = 1.0
 
 
 @rt.tool(effect=ToolEffect.IDEMPOTENT_WRITE, timeout=5)

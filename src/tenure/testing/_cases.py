@@ -20,8 +20,6 @@ from tenure.testing._scenarios import Scenario
 
 # A run meets a person at most this often in one case (each round: a worker, or deciders).
 MAX_ROUNDS = 24
-# Deciders start together at this many seconds from now: each imports the app first.
-DECIDER_HEAD_START = 1.5
 WAITING = (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT)
 
 
@@ -146,16 +144,23 @@ class Runner:
         record = waiting[1] if waiting is not None else None
         hold = Hold(int((record or {}).get("turn", -1)), list((record or {}).get("calls", [])))
         case.holds.append(hold)
-        at = time.time() + DECIDER_HEAD_START
+        gate = self.workdir / f"gate-{self._numbers}"
+        gate.mkdir()
         scenario = case.scenario
         procs = []
         for i in range(self.options.deciders):
             command = self._command(case, "decide", queue, trace, armed)
-            command += ["--who", f"decider-{i + 1}", "--at", f"{at:.3f}"]
+            command += ["--who", f"decider-{i + 1}", "--gate", str(gate)]
             command += ["--input", json.dumps(scenario.input)]
             if not scenario.approve:
                 command.append("--deny")
             procs.append(self._spawn(case, command))
+        deadline = time.monotonic() + self.options.phase_timeout
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            if len(list(gate.glob("ready-*"))) == len(procs):
+                break
+            time.sleep(0.01)
+        (gate / "go").touch()
         for proc in procs:
             code, out = self._wait(proc)
             self._after(case, code, armed)

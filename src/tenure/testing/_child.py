@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target")
     p.add_argument("--trace")
     p.add_argument("--who", default="crashtest")
-    p.add_argument("--at", type=float, default=0.0, help="wall-clock time to decide at")
+    p.add_argument("--gate", help="a folder: say ready in it, decide once `go` appears there")
     p.add_argument("--deny", action="store_true")
     p.add_argument("--input", default="{}")
     return p
@@ -91,7 +91,13 @@ def _default_decide(rt: Runtime, args: argparse.Namespace) -> None:
 def decide(rt: Runtime, args: argparse.Namespace) -> int:
     module = importlib.import_module(args.app.partition(":")[0])
     custom: Any = getattr(module, "decide", None)
-    time.sleep(max(0.0, args.at - time.time()))
+    if args.gate:
+        # Every decider is started and set up before any decides: they decide at once.
+        gate = Path(args.gate)
+        (gate / f"ready-{args.who}").touch()
+        deadline = time.monotonic() + args.deadline
+        while not (gate / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.002)
     outcome: dict[str, Any] = {"won": True, "error": None}
     try:
         if callable(custom):
