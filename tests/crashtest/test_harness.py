@@ -76,5 +76,5 @@ def test_an_approval_flow_outside_tenure_fires_once_per_decider(
     )
     assert not report.ok
     caught = report.violated("consume-once")
-    assert [r.point for r in caught] == ["reference", "waiting 1"]
+    assert [r.point for r in caught] == ["reference", "waiting 2"]
     assert "ran 3 times for 3 deciders" in caught[0].verdicts["consume-once"].detail
