@@ -22,7 +22,7 @@ __all__ = ["main"]
 
 
 # Options that name a file: any bytes the file system allows.
-_PATH_OPTIONS = frozenset({"script", "ledger", "values"})
+_PATH_OPTIONS = frozenset({"script", "ledger", "values", "scenarios"})
 _SHOWN = {"tools": "--tool", "queues": "--queue", "run_id": "RUN"}
 
 

@@ -330,6 +330,12 @@ def demo(ctx: Context, args: argparse.Namespace) -> int:
     )
 
 
+def crashtest(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure.cli._crashtest import crashtest_command
+
+    return crashtest_command(ctx, args)
+
+
 def serve(ctx: Context, args: argparse.Namespace) -> int:
     from tenure.cli._serve import serve as run_server
 
@@ -351,5 +357,6 @@ HANDLERS = {
     "demo": demo,
     "audit": audit,
     "serve": serve,
+    "crashtest": crashtest,
     **human_handlers,
 }

@@ -306,6 +306,28 @@ def build(handlers: dict[str, Handler]) -> Parser:
 
     add_human_parsers(command)
 
+    p = command("crashtest", "SIGKILL your app's workers at every crash point; 1 on a violation")
+    p.add_argument(
+        "--scenarios",
+        required=True,
+        metavar="FILE",
+        help="a JSON array of objects: name plus the fields of a run request",
+    )
+    p.add_argument(
+        "--points",
+        metavar="LIST",
+        help="comma-separated kinds: step, write-before, write-after, waiting, resume, drain "
+        "(default: all)",
+    )
+    p.add_argument(
+        "--deciders",
+        type=positive_int,
+        default=3,
+        metavar="K",
+        help="processes deciding a waiting run at once (default 3)",
+    )
+    p.add_argument("--json", action="store_true", help="the verdicts as a JSON array")
+
     p = command("demo", "the main job: scripted runs, two workers, one killed, an audit")
     p.add_argument("--runs", type=positive_int, default=300, metavar="N")
     p.add_argument("--concurrency", type=positive_int, default=8, metavar="N", help="per worker")

@@ -3,6 +3,6 @@
 one of them mid-run and audits the result.
 """
 
-from tenure.demo._app import app
+from tenure.demo._app import app, check
 
-__all__ = ["app"]
+__all__ = ["app", "check"]

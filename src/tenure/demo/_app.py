@@ -117,3 +117,16 @@ def send_invoice(ctx: ToolContext, customer_id: str, amount_cents: int) -> dict[
 
 app.tool(set_order_status, effect=ToolEffect.IDEMPOTENT_WRITE, timeout=WRITE_TIMEOUT)
 app.tool(send_invoice, effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout=WRITE_TIMEOUT)
+
+
+def check(name: str, idempotency_key: str) -> int:
+    """How many times the demo's tables saw the write with this key (`tenure crashtest`)."""
+    table = {"send_invoice": "demo_ledger", "set_order_status": "demo_orders"}.get(name)
+    if table is None:
+        return 0
+    row = (
+        _database()
+        .execute(f"SELECT COUNT(*) FROM {table} WHERE idempotency_key = ?", (idempotency_key,))
+        .fetchone()
+    )
+    return int(row[0])

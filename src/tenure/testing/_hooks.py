@@ -1,0 +1,175 @@
+"""Inside a crash-test worker process only: the app's store and write tools, wrapped so that
+the process SIGKILLs itself at one chosen crash point, and records what it passed.
+
+Nothing here changes tenure: the wrappers call through to the real store and the real tools,
+and the process dies by a real SIGKILL (no `finally`, no flush, no goodbye) at the point.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tenure._types import ToolContext
+from tenure.agent._tools import Tool, Toolbox
+from tenure.store._base import Claimed
+
+# Kinds of crash point (SPEC §19), in the order a run meets them.
+STEP = "step"  # after the commit of the step boundary that recorded event TARGET
+WRITE_BEFORE = "write-before"  # inside the write whose key ends in TARGET, before it runs
+WRITE_AFTER = "write-after"  # that write returned; its event is not recorded yet
+WAITING = "waiting"  # the run was handed to a person at model turn TARGET
+RESUME = "resume"  # the decision on turn TARGET was claimed to continue the run
+DRAIN = "drain"  # SIGTERM after the commit of event TARGET; SIGKILL during the grace
+POINT_KINDS = (STEP, WRITE_BEFORE, WRITE_AFTER, WAITING, RESUME, DRAIN)
+# A drain that has not died at the next commit dies this long after its SIGTERM.
+DRAIN_KILL_AFTER = 0.5
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Hooks:
+    """The one point to die at (kind, target), and a trace file of what was passed."""
+
+    def __init__(self, kind: str | None, target: str | None, trace: Path | None) -> None:
+        self.kind, self.target, self.trace = kind, target, trace
+        self._draining = False
+        self._lock = threading.Lock()
+
+    def _note(self, kind: str, target: str, extra: str = "") -> None:
+        if self.trace is not None:
+            with self._lock, self.trace.open("a", encoding="utf-8") as f:
+                f.write(f"{kind} {target} {extra}".rstrip() + "\n")
+
+    def _at(self, kind: str, target: str) -> bool:
+        return self.kind == kind and self.target == target
+
+    def committed(self, sequences: Sequence[int] | None) -> None:
+        if sequences is None:
+            return
+        if self._draining:
+            die()
+        for sequence in sequences:
+            self._note(STEP, str(sequence))
+            if self._at(STEP, str(sequence)):
+                die()
+            if self._at(DRAIN, str(sequence)):
+                self._drain()
+
+    def _drain(self) -> None:
+        # The worker's own SIGTERM handler starts the drain; the segment in flight goes on
+        # during the grace, and dies at its next commit or shortly after.
+        self._draining = True
+        os.kill(os.getpid(), signal.SIGTERM)
+        timer = threading.Timer(DRAIN_KILL_AFTER, die)
+        timer.daemon = True
+        timer.start()
+
+    def write(self, when: str, ctx: ToolContext, tool: Tool) -> None:
+        suffix = ctx.idempotency_key.removeprefix(f"{ctx.run_id}:")
+        if when == WRITE_BEFORE:
+            self._note(WRITE_BEFORE, suffix, f"{tool.name} {tool.effect}")
+        if self._at(when, suffix):
+            die()
+
+    def suspended(self, waiting: dict[str, Any]) -> None:
+        turn = str(waiting.get("turn"))
+        self._note(WAITING, turn)
+        if self._at(WAITING, turn):
+            die()
+
+    def resumed(self, claimed: Claimed) -> None:
+        if claimed.decision is None:
+            return
+        turn = str(json.loads(claimed.decision).get("turn"))
+        self._note(RESUME, turn)
+        if self._at(RESUME, turn):
+            die()
+
+
+class HookedStore:
+    """The real store; the transitions that end a crash point call the hooks after they
+    commit (the kill then lands after the commit, as a real crash there would)."""
+
+    def __init__(self, store: Any, hooks: Hooks) -> None:
+        self._store, self._hooks = store, hooks
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def record_step(self, *args: Any, **kwargs: Any) -> Any:
+        sequences = self._store.record_step(*args, **kwargs)
+        self._hooks.committed(sequences)
+        return sequences
+
+    def clear_fence(self, *args: Any, **kwargs: Any) -> Any:
+        sequence = self._store.clear_fence(*args, **kwargs)
+        self._hooks.committed(None if sequence is None else [sequence])
+        return sequence
+
+    def suspend(self, lease: Any, status: Any, waiting: dict[str, Any], *args: Any) -> Any:
+        sequences = self._store.suspend(lease, status, waiting, *args)
+        if sequences is not None:
+            self._hooks.suspended(waiting)
+        return sequences
+
+    def decide_inline(self, *args: Any, **kwargs: Any) -> Any:
+        claimed = self._store.decide_inline(*args, **kwargs)
+        if claimed is not None:
+            self._hooks.resumed(claimed)
+        return claimed
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        claimed = self._store.claim(*args, **kwargs)
+        for item in claimed:
+            self._hooks.resumed(item)
+        return claimed
+
+    def claim_run(self, *args: Any, **kwargs: Any) -> Any:
+        claimed = self._store.claim_run(*args, **kwargs)
+        if claimed is not None:
+            self._hooks.resumed(claimed)
+        return claimed
+
+    def settle_and_claim(self, *args: Any, **kwargs: Any) -> Any:
+        settled, claimed = self._store.settle_and_claim(*args, **kwargs)
+        for item in claimed:
+            self._hooks.resumed(item)
+        return settled, claimed
+
+
+@dataclasses.dataclass(frozen=True)
+class HookedTool(Tool):
+    """A write tool that passes the hooks before it runs and after it returns."""
+
+    hooks: Hooks | None = None
+
+    def invoke(self, context: ToolContext, args: dict[str, Any]) -> Any:
+        assert self.hooks is not None
+        self.hooks.write(WRITE_BEFORE, context, self)
+        result = super().invoke(context, args)
+        self.hooks.write(WRITE_AFTER, context, self)
+        return result
+
+
+def hooked_toolbox(tools: Toolbox, hooks: Hooks, timeout_cap: float) -> Toolbox:
+    """The same tools; each write wrapped, with its timeout capped (the fence's lease covers
+    the timeout, so a kill inside a write is reaped after the cap, not after minutes)."""
+    box = Toolbox()
+    for name in tools.names():
+        tool = tools.get(name)
+        assert tool is not None
+        if tool.effect.is_write:
+            fields = {f.name: getattr(tool, f.name) for f in dataclasses.fields(Tool)}
+            fields["timeout"] = min(tool.timeout, timeout_cap)
+            tool = HookedTool(**fields, hooks=hooks)
+        box.add(tool)
+    return box
