@@ -20,7 +20,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from tenure._errors import Cancelled
 
@@ -130,50 +130,107 @@ def run(
     if threading.current_thread() is owner.thread:
         coro.close()
         raise RuntimeError(f"{what} cannot wait for itself on the event loop's own thread")
-    timed_out = f"{what} did not finish within {timeout or 0:g} s and was cancelled"
-    lead = None if timeout is None else timeout - min(DEADLINE_LEAD_SECONDS, timeout / 10)
-    future = owner.submit(_guarded(owner.aborts, coro, lead, abort, what, timed_out))
+    call: _Call[T] = _Call(coro, timeout, abort, what)
+    owner.loop.call_soon_threadsafe(call.start, owner)
     try:
-        return future.result(None if timeout is None else timeout + MARGIN_SECONDS)
-    except concurrent.futures.CancelledError:
-        raise Cancelled(f"{what} was cancelled") from None
-    except BaseException as exc:
-        if future.done():
-            raise  # the coroutine's own exception, or its timeout
-        # Not done: the loop did not deliver in time (something blocks it), or the caller
-        # was interrupted (KeyboardInterrupt). Either way nothing is left running.
-        future.cancel()
-        if isinstance(exc, TimeoutError):
-            raise TimedOut(timed_out) from None
+        finished = call.finished.wait(None if timeout is None else timeout + MARGIN_SECONDS)
+    except BaseException:  # an interrupted caller (KeyboardInterrupt) leaves nothing behind
+        owner.loop.call_soon_threadsafe(call.cancel)
         raise
+    if not finished:
+        # The loop did not deliver the cancellation in time: something blocks it.
+        owner.loop.call_soon_threadsafe(call.cancel)
+        raise TimedOut(call.timed_out_message)
+    return call.outcome()
 
 
-async def _guarded(
-    aborts: _Aborts,
-    coro: Coroutine[Any, Any, T],
-    timeout: float | None,
-    abort: threading.Event | None,
-    what: str,
-    timed_out: str,
-) -> T:
-    task = asyncio.ensure_future(coro)
-    if abort is not None:
-        if abort.is_set():
-            task.cancel()
-        else:
-            aborts.watch(task, abort)
-    try:
-        return await asyncio.wait_for(task, timeout)
-    except asyncio.CancelledError:
-        if abort is None or not abort.is_set():
-            raise  # the caller cancelled the whole call
-        raise Cancelled(f"{what} was aborted: the segment no longer holds its run") from None
-    except TimeoutError:
-        if not task.cancelled():
-            raise  # the coroutine's own TimeoutError
-        raise TimedOut(timed_out) from None
-    finally:
-        aborts.unwatch(task)
+class _Call(Generic[T]):
+    """One coroutine run for a waiting thread: a task on the loop, its timer, its abort.
+
+    Built by hand rather than with `run_coroutine_threadsafe` and `asyncio.wait_for`, which
+    wrap the coroutine in a second task and a second future: the hand-off is the whole cost
+    of an async tool step, so it is kept to one task and no extra turn of the loop."""
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, T],
+        timeout: float | None,
+        abort: threading.Event | None,
+        what: str,
+    ) -> None:
+        self.coro = coro
+        self.timeout = timeout
+        self.abort = abort
+        self.what = what
+        self.finished = threading.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.timed_out = False
+        self.dropped = False  # the waiting thread gave up
+        self.started = False  # `_drive` has begun awaiting the coroutine
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def timed_out_message(self) -> str:
+        return f"{self.what} did not finish within {self.timeout or 0:g} s and was cancelled"
+
+    def start(self, owner: _LoopThread) -> None:
+        if self.dropped or (self.abort is not None and self.abort.is_set()):
+            # Not started at all: a task cancelled before its first step would never run
+            # `_drive`, and the waiting thread would never be woken.
+            self.coro.close()
+            self.error = self._cancelled()
+            self.finished.set()
+            return
+        self.task = task = owner.loop.create_task(self._drive(owner))
+        if self.timeout is not None:
+            lead = self.timeout - min(DEADLINE_LEAD_SECONDS, self.timeout / 10)
+            self.timer = owner.loop.call_later(lead, self._time_out)
+        if self.abort is not None:
+            owner.aborts.watch(task, self.abort)
+
+    async def _drive(self, owner: _LoopThread) -> None:
+        # The waiting thread is woken from inside the task's last step, not from a done
+        # callback, which would cost the loop one more turn.
+        self.started = True
+        try:
+            self.result = await self.coro
+        except asyncio.CancelledError:
+            self.error = self._cancelled()
+        except BaseException as exc:
+            self.error = TimedOut(self.timed_out_message) if self.timed_out else exc
+        finally:
+            if self.task is not None:
+                owner.aborts.unwatch(self.task)
+            if self.timer is not None:
+                self.timer.cancel()
+            self.finished.set()
+
+    def _cancelled(self) -> BaseException:
+        if self.timed_out:
+            return TimedOut(self.timed_out_message)
+        if self.abort is not None and self.abort.is_set():
+            return Cancelled(f"{self.what} was aborted: the segment no longer holds its run")
+        return Cancelled(f"{self.what} was cancelled")
+
+    def _time_out(self) -> None:
+        self.timed_out = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def cancel(self) -> None:
+        """The waiting thread gave up (it is gone): cancel, or never start."""
+        self.dropped = True
+        if self.task is not None:
+            self.task.cancel()
+            if not self.started:
+                self.coro.close()  # its task is cancelled before `_drive` could await it
+
+    def outcome(self) -> T:
+        if self.error is not None:
+            raise self.error
+        return self.result  # type: ignore[return-value]
 
 
 def on_exit(close: Callable[[], None]) -> None:
