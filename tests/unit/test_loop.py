@@ -31,7 +31,7 @@ def test_past_its_timeout_a_coroutine_is_cancelled() -> None:
             cancelled.set()
             raise
 
-    with pytest.raises(_loop.TimedOut, match="within 0.2 s"):
+    with pytest.raises(_loop.TimedOut, match=r"within 0\.2 s"):
         _loop.run(hangs(), timeout=0.2, what="hangs")
     assert cancelled.is_set()
 
