@@ -88,10 +88,21 @@ class _LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def stop(self) -> None:
+        # Tasks still pending when the loop closes are reported as destroyed: end them first.
+        finishing = asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop)
+        with contextlib.suppress(Exception):
+            finishing.result(timeout=5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
         if not self.thread.is_alive():
             self.loop.close()
+
+
+async def _cancel_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _loop_thread() -> _LoopThread:

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 import tenure
 from tenure import (
     EventKind,
@@ -21,7 +23,7 @@ from tenure import (
     _loop,
 )
 from tenure._worker import Worker
-from tenure.providers import ModelCall, ModelReply, ToolCall
+from tenure.providers import Fallback, ModelCall, ModelReply, ToolCall
 
 MakeRuntime = Callable[..., tenure.Runtime]
 
@@ -250,3 +252,8 @@ def test_cancelling_a_run_aborts_its_async_model_call(make_runtime: MakeRuntime)
     run = rt.status(run_id)
     assert run is not None and run.status is RunStatus.CANCELLED
     assert [e.kind for e in rt.events(run_id)].count(EventKind.LLM) == 0
+
+
+def test_a_fallback_chain_refuses_an_async_provider() -> None:
+    with pytest.raises(ValueError, match="is async"):
+        Fallback([AsyncModel()])
