@@ -4,6 +4,7 @@
     python bench/_child.py drain SYSTEM URL N CONCURRENCY
     python bench/_child.py longdrain URL N CONCURRENCY MARK_AT
     python bench/_child.py work SYSTEM URL CONCURRENCY LEASE_SECONDS
+    python bench/_child.py modeldrain URL BASE_URL N CONCURRENCY
 
 SYSTEM is tenure, huey, procrastinate or dbos. URL is a tenure/SQLAlchemy-style database URL
 (`sqlite:////abs/path.db`, `postgresql://...`). A drain times the worker from the moment it
@@ -80,6 +81,11 @@ def tenure_runtime(url: str, lease_seconds: float = 900.0) -> Runtime:
     @rt.tool
     def read() -> int:
         """A read-only step."""
+        return 1
+
+    @rt.tool
+    async def aread() -> int:
+        """A read-only step, as an `async def` tool (it runs on the process's event loop)."""
         return 1
 
     @rt.tool
@@ -176,6 +182,26 @@ def tenure_longdrain(url: str, n: int, concurrency: int, mark_at: int) -> None:
             rss_mark_mb=marks.get("mark", float("nan")),
             rss_end_mb=marks["end"],
         )
+
+
+def tenure_modeldrain(url: str, base_url: str, n: int, concurrency: int) -> None:
+    """Drain n queued runs of model "fake" (an OpenAICompatible on `base_url`): the wall
+    time and this process's CPU time from the start of the drain to its end."""
+    from tenure.providers import OpenAICompatible
+
+    with tenure_runtime(url) as rt, OpenAICompatible("fake", base_url=base_url) as model:
+        rt.add_model("fake", model)
+        rt.store  # noqa: B018
+        cpu = resource.getrusage(resource.RUSAGE_SELF)
+        started = time.perf_counter()
+        rt.work(concurrency=concurrency, burst=True, poll_interval=PEER_POLL_SECONDS)
+        seconds = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        done = len(rt.runs(status=RunStatus.COMPLETED, limit=n + 1))
+        if done != n:
+            raise SystemExit(f"tenure completed {done} of {n}")
+        cpu_seconds = after.ru_utime - cpu.ru_utime + after.ru_stime - cpu.ru_stime
+        out(seconds=seconds, cpu_seconds=cpu_seconds)
 
 
 def tenure_work(url: str, concurrency: int, lease: float) -> None:
@@ -415,6 +441,8 @@ def main(argv: list[str]) -> None:
         tenure_longdrain(rest[0], int(rest[1]), int(rest[2]), int(rest[3]))
     elif command == "work":
         work(*rest)
+    elif command == "modeldrain":
+        tenure_modeldrain(rest[0], rest[1], int(rest[2]), int(rest[3]))
     else:
         raise SystemExit(f"unknown command {command!r}")
 

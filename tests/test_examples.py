@@ -108,3 +108,21 @@ def test_openai_endpoint_failure_is_reported(
     )
     assert done.returncode == 1
     assert "failed (not_retryable)" in done.stderr and "bad key" in done.stderr
+
+
+def test_async_tools_wait_together_on_one_worker(tmp_path: Path, db_url: str) -> None:
+    done = _run("async_tools", tmp_path, db_url)
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.splitlines()
+    assert first.startswith("8 of 8 runs completed in ")
+    # Eight 0.5 s look-ups awaited together: about one run's time, far from eight's 4 s.
+    assert float(first.split(" in ")[1].removesuffix(" s")) < 3.5, first
+    assert second == "quotes booked: 8"
+    assert "Task was destroyed" not in done.stderr, done.stderr  # the loop ends cleanly
+    with tenure.Runtime(db_url) as rt:
+        runs = rt.runs(limit=20)
+        assert len(runs) == 8 and {r.status for r in runs} == {RunStatus.COMPLETED}
+        tools = [e.payload for e in rt.events(runs[0].id) if e.kind == "tool"]
+    assert [t["name"] for t in tools] == ["exchange_rate", "book_quote"]
+    assert tools[0]["result"] == 1.08 and tools[1]["effect"] == "non_idempotent_write"
+    assert runs[0].output is not None and runs[0].output.startswith("100 EUR is quoted; ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 import threading
@@ -9,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from tenure import _policy, _requests
 from tenure._errors import DecisionConflict, InvalidRequest
@@ -30,7 +31,8 @@ from tenure._types import (
 from tenure._worker import DEFAULT_GRACE_SECONDS, DEFAULT_POLL_INTERVAL, Worker
 from tenure.agent._human import validate_input
 from tenure.agent._tools import DEFAULT_TOOL_TIMEOUT, Toolbox, make_tool
-from tenure.providers._base import Provider
+from tenure.providers._awaited import Awaited
+from tenure.providers._base import AsyncProvider, Provider
 from tenure.providers.scripted import Scripted
 from tenure.store import open_store
 from tenure.store._base import Claimed, NewEvent, NewRun, Store
@@ -182,16 +184,28 @@ class Runtime:
         return register(fn) if fn is not None else register
 
     def add_model(
-        self, name: str, provider: Provider, *, timeout: float = _policy.DEFAULT_MODEL_TIMEOUT
+        self,
+        name: str,
+        provider: Provider | AsyncProvider,
+        *,
+        timeout: float = _policy.DEFAULT_MODEL_TIMEOUT,
     ) -> None:
         """Register a model under `name`. A call to it may take up to `timeout` seconds: the
-        lease keeper renews the run's lease until then, and not after (SPEC §15)."""
+        lease keeper renews the run's lease until then, and not after (SPEC §15).
+
+        A provider whose `complete` is a coroutine function is awaited on the process's
+        event loop; past `timeout` its call is cancelled and fails as a `timeout`."""
         if not isinstance(name, str) or not name:
             raise InvalidRequest("a model name must be a non-empty string")
-        if not callable(getattr(provider, "complete", None)):
+        complete = getattr(provider, "complete", None)
+        if not callable(complete):
             raise InvalidRequest(f"model {name!r}: a provider needs a complete(call) method")
-        self._model_timeouts[name] = _positive(f"model {name!r}: timeout", timeout)
-        self._models[name] = provider
+        seconds = _positive(f"model {name!r}: timeout", timeout)
+        self._model_timeouts[name] = seconds
+        if inspect.iscoroutinefunction(complete):
+            self._models[name] = Awaited(cast(AsyncProvider, provider), seconds)
+        else:
+            self._models[name] = cast(Provider, provider)
 
     @property
     def tool_names(self) -> list[str]:

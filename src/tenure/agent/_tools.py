@@ -5,6 +5,10 @@ same pydantic model validates the model's arguments before the tool runs: invali
 go back to the model as an error result and never reach the function. A tool whose schema
 is given as JSON (one an MCP server describes, `make_schema_tool`) is validated with
 `jsonschema` against that schema instead.
+
+An `async def` tool runs on the process's one event loop (`tenure._loop`): the slot thread
+that runs the step waits for it, and past the tool's `timeout` the coroutine is cancelled
+and the step's result is an error, as if the tool had raised.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
+from tenure import _loop
 from tenure._errors import InvalidRequest, UnknownTool
 from tenure._policy import check_seconds
 from tenure._types import ToolContext, ToolEffect
@@ -81,6 +86,7 @@ class Tool:
     # Tells whether an interrupted write happened (SPEC §16): `probe(ctx, **args) -> Probe`.
     probe: Callable[..., Any] | None = None
     parameters: dict[str, Any] | None = None
+    asynchronous: bool = False  # `fn` is a coroutine function: it runs on the loop thread
 
     @property
     def spec(self) -> ToolSpec:
@@ -145,9 +151,10 @@ class Tool:
 
     def invoke(self, context: ToolContext, args: dict[str, Any]) -> Any:
         values = self.validate(args)
-        if self.takes_context:
-            return self.fn(context, **values)
-        return self.fn(**values)
+        result = self.fn(context, **values) if self.takes_context else self.fn(**values)
+        if not self.asynchronous:
+            return result
+        return _loop.run(result, timeout=self.timeout, what=f"tool {self.name!r}")
 
 
 def make_tool(
@@ -199,6 +206,7 @@ def make_tool(
         description=description or tool_name,
         arguments=arguments,
         takes_context=takes_context,
+        asynchronous=inspect.iscoroutinefunction(fn),
         gate=make_gate(
             tool_name,
             requires_approval=requires_approval,
@@ -271,6 +279,7 @@ def make_schema_tool(
         arguments=None,
         takes_context=True,
         parameters=schema,
+        asynchronous=inspect.iscoroutinefunction(fn),
     )
 
 

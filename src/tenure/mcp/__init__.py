@@ -36,10 +36,10 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("tenure.mcp needs the mcp package: pip install 'tenure[mcp]'") from exc
 
+from tenure import _loop
 from tenure._errors import InvalidRequest
 from tenure._types import ToolContext, ToolEffect
 from tenure.agent._tools import DEFAULT_TOOL_TIMEOUT, make_schema_tool
-from tenure.mcp import _loop
 from tenure.mcp._connection import Connection, ToolFailed
 
 if TYPE_CHECKING:

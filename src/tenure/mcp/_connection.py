@@ -1,4 +1,5 @@
-"""One MCP server's client session, held open on the MCP loop thread, reopened after a drop.
+"""One MCP server's client session, held open on the process's loop thread (`tenure._loop`),
+reopened after a drop.
 
 Every failure to reach the server leaves as a classified `ProviderError` (`connection` or
 `timeout`): the step fails and failure recovery decides, so an idempotent write is retried
@@ -20,9 +21,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, Tool
 
 import mcp
+from tenure import _loop
 from tenure._errors import ProviderError
 from tenure._types import FailureClass
-from tenure.mcp import _loop
 
 log = logging.getLogger("tenure")
 

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tenure.providers._base import ModelCall, ModelReply, Price, Provider, ToolCall, ToolSpec
+from tenure.providers._base import (
+    AsyncProvider,
+    ModelCall,
+    ModelReply,
+    Price,
+    Provider,
+    ToolCall,
+    ToolSpec,
+)
 from tenure.providers.fallback import Fallback
 from tenure.providers.scripted import Scripted
 
@@ -20,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Anthropic",
+    "AsyncProvider",
     "Fallback",
     "ModelCall",
     "ModelReply",

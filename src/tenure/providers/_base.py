@@ -108,3 +108,11 @@ class Provider(Protocol):
     def complete(self, call: ModelCall) -> ModelReply:
         """The next turn. Raise `tenure.ProviderError` (classified) when the call fails."""
         ...
+
+
+class AsyncProvider(Protocol):
+    """A provider whose `complete` is a coroutine function: it is awaited on the process's
+    event loop, cancelled when the run is lost (`tenure.Cancelled`) or past the model's
+    timeout (a retryable `timeout` failure)."""
+
+    async def complete(self, call: ModelCall) -> ModelReply: ...

@@ -11,6 +11,7 @@ as it would have treated that provider alone.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Sequence
 
@@ -50,6 +51,10 @@ class Fallback:
         for provider in providers:
             if not callable(getattr(provider, "complete", None)):
                 raise InvalidRequest(f"Fallback: {provider!r} is not a provider (no complete())")
+            if inspect.iscoroutinefunction(provider.complete):
+                raise InvalidRequest(
+                    f"Fallback: {provider!r} is async; a chain takes synchronous providers"
+                )
         self.providers: tuple[Provider, ...] = tuple(providers)
 
     def complete(self, call: ModelCall) -> ModelReply:

@@ -1,0 +1,87 @@
+"""The process's event loop thread (`tenure._loop`): what a waiting thread gets back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import warnings
+
+import pytest
+
+from tenure import Cancelled, _loop
+
+
+def test_a_coroutines_own_timeout_error_is_not_taken_for_its_timeout() -> None:
+    async def fails() -> None:
+        raise TimeoutError("the warehouse did not answer")
+
+    with pytest.raises(TimeoutError, match="warehouse") as raised:
+        _loop.run(fails(), timeout=5)
+    assert not isinstance(raised.value, _loop.TimedOut)
+
+
+def test_past_its_timeout_a_coroutine_is_cancelled() -> None:
+    cancelled = threading.Event()
+
+    async def hangs() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    with pytest.raises(_loop.TimedOut, match=r"within 0\.2 s"):
+        _loop.run(hangs(), timeout=0.2, what="hangs")
+    assert cancelled.is_set()
+
+
+def test_an_abort_set_before_the_call_runs_nothing() -> None:
+    ran = threading.Event()
+    abort = threading.Event()
+    abort.set()
+
+    async def work() -> None:
+        ran.set()
+
+    with pytest.raises(Cancelled):
+        _loop.run(work(), timeout=5, abort=abort)
+    assert not ran.is_set()
+
+
+def test_waiting_on_the_loop_from_the_loop_thread_is_refused() -> None:
+    async def inner() -> int:
+        return 1
+
+    async def outer() -> str:
+        try:
+            _loop.run(inner(), timeout=1)
+        except RuntimeError as exc:
+            return str(exc)
+        return "ran"
+
+    assert "own thread" in _loop.run(outer(), timeout=5)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_gets_a_loop_thread_of_its_own() -> None:
+    async def answer() -> int:
+        return 42
+
+    parent = _loop.loop_thread()
+    assert _loop.run(answer(), timeout=5) == 42
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12 warns of fork in a threaded process
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: the parent's loop thread does not exist here
+        try:
+            fresh = _loop.loop_thread() is not parent
+            ok = _loop.run(answer(), timeout=5) == 42 and fresh
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.close(read)
+    os.waitpid(pid, 0)
