@@ -162,6 +162,8 @@ class Worker:
             finally:
                 unsubscribe()
                 self._drain()
+                # A burst run ends without a stop: the reaper thread stops with it.
+                self._stopping.set()
                 for _ in range(self.concurrency):
                     self._jobs.put(None)
         if self._gone is not None:
