@@ -143,6 +143,15 @@ class Segment:
         self._lost_cancelled = cancelled
         self._abort.set()
 
+    def _last_write(self) -> None:
+        """Before the write that ends this segment's hold on the run (a settle, a requeue,
+        a hold for a person): the keeper stops renewing first, so that a renewal racing
+        this write never mistakes the run's new state for a lost lease."""
+        keeper = self.engine.keeper
+        if keeper is not None:
+            keeper.release(self)
+        self._check_held()
+
     def _check_held(self) -> None:
         if self._abort.is_set():
             raise RunCancelled(self.run_id) if self._lost_cancelled else LeaseLost(self.run_id)
@@ -208,6 +217,7 @@ class Segment:
         workers that can serve them; this is the net under a misrouted run."""
         why = f"{self.lease.owner} cannot serve this run; it lacks"
         log.warning("run %s handed back: %s %s", self.run_id, why, ", ".join(missing))
+        self._last_write()
         if not self.store.hand_back(self.lease, why, missing):
             self._lost()
         error = ProviderError(FailureClass.CONFIGURATION, f"{why} {', '.join(missing)}")
@@ -390,7 +400,7 @@ class Segment:
         waiting = {"kind": held.kind, "turn": held.turn, "calls": held.calls}
         status, kind = held.status, held.kind
         stored = None if not self.interactive else _requests.dumps(_requests.to_json(request))
-        self._check_held()
+        self._last_write()
         try:
             sequences = self.store.suspend(self.lease, status, waiting, stored, timeout, [])
         except Exception as exc:
@@ -424,7 +434,7 @@ class Segment:
     def _end(self, settlement: Settlement, output: str | None = None) -> RunResult | Ending:
         """The loop's normal end: settled here, or returned for the caller to commit (a
         worker commits the ends of several runs, and its next claim, in one transaction)."""
-        self._check_held()
+        self._last_write()
         if self._defer_end:
             return Ending(settlement)
         self.settle(settlement)
@@ -459,7 +469,7 @@ class Segment:
     def settle(self, settlement: Settlement) -> None:
         """A terminal state under this segment's lease; LeaseLost or RunCancelled if the
         row is no longer ours."""
-        self._check_held()
+        self._last_write()
         sequences = self.store.settle(self.lease, settlement)
         if sequences is None:
             self._lost()
@@ -468,13 +478,13 @@ class Segment:
     def requeue_in_doubt(self, failure_class: FailureClass, message: str) -> None:
         """Back to the queue with the probe-able fence standing (SPEC §16), charged to the
         budget; claimable at once, since the probe decides; raises if not ours."""
-        self._check_held()
+        self._last_write()
         if not self.store.requeue_in_doubt(self.lease, 0.0, failure_class, message):
             self._lost()
 
     def requeue(self, delay: float, failure_class: FailureClass, message: str) -> None:
         """Back to the queue after `delay`, charged to the budget; raises if not ours."""
-        self._check_held()
+        self._last_write()
         if not self.store.requeue(self.lease, delay, failure_class, message):
             self._lost()
 
