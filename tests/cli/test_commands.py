@@ -219,7 +219,8 @@ def test_redrive_all_dead_letters(cli: Cli, runtime: tenure.Runtime) -> None:
     assert result.code == 0
     assert result.out.splitlines()[:2] == [
         "redriven 3",
-        "skipped 0 (non-idempotent fence stands: redrive each with --force)",
+        "skipped 0 (non-idempotent fence stands and its tool has no probe: "
+        "redrive each with --force)",
     ]
     assert {runtime.status(i).status for i in ids} == {RunStatus.QUEUED}  # type: ignore[union-attr]
     assert cli("redrive", "--all-dead-letters", "--force").code == 2

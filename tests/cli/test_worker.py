@@ -95,7 +95,8 @@ def test_redrive_refused_while_a_non_idempotent_fence_stands(
     assert bulk.code == 0
     assert bulk.out.splitlines()[:2] == [
         "redriven 0",
-        "skipped 1 (non-idempotent fence stands: redrive each with --force)",
+        "skipped 1 (non-idempotent fence stands and its tool has no probe: "
+        "redrive each with --force)",
     ]
     forced = cli("--app", slow_app, "redrive", run_id, "--force")
     assert (forced.code, forced.out.strip()) == (0, f"redriven {run_id} (forced)")

@@ -253,3 +253,29 @@ def test_a_probe_only_for_a_non_idempotent_write(make_runtime: MakeRuntime) -> N
 
         @rt.tool(effect=ToolEffect.IDEMPOTENT_WRITE, probe=lambda ctx: Probe.not_done())
         def save() -> None: ...
+
+
+def test_the_dashboard_shows_the_verdict_and_a_redrive_plan_that_probes(
+    make_runtime: MakeRuntime,
+) -> None:
+    from tenure.web._views import redrive_plan, timeline
+
+    def never_sure(ctx: tenure.ToolContext, amount: int) -> Probe:
+        return Probe.unknown("the gateway does not say")
+
+    rt, _, run_id = payment_app(make_runtime, fail_after_paying=True, probe=never_sure)
+    in_doubt(rt, run_id)
+    rt.run_queued(run_id)  # the probe cannot tell: dead-lettered, fence standing
+    run = rt.status(run_id)
+    assert run is not None and run.is_dead_letter and run.fence_probe
+    titles = [step.title for step in timeline(rt.events(run_id), reveal=False)]
+    assert "probe of pay: could not tell" in titles
+    plan = redrive_plan(
+        run,
+        rt.events(run_id),
+        has_request=True,
+        effect_of=lambda name: WRITE,
+        reveal=False,
+    )
+    assert plan.redrivable and not plan.needs_force
+    assert "probe" in plan.why and "in doubt" in plan.why

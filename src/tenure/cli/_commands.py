@@ -269,14 +269,21 @@ def _redrive_pages(app: Runtime, tick: Callable[[], None]) -> int:
             for found in page:
                 tick()
                 seen.add(found.id)
-                if found.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+                # A fence whose tool has a probe goes back in doubt: the probe decides.
+                if (
+                    found.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE
+                    and not found.fence_probe
+                ):
                     fenced += 1
                 elif app.redrive(found.id):
                     redriven += 1
                 else:
                     refused += 1
     out.print(f"redriven {redriven}")
-    out.print(f"skipped {fenced} (non-idempotent fence stands: redrive each with --force)")
+    out.print(
+        f"skipped {fenced} (non-idempotent fence stands and its tool has no probe: "
+        "redrive each with --force)"
+    )
     if refused:
         out.print(f"refused {refused} (no stored request, or changed meanwhile)")
     return 0

@@ -15,7 +15,7 @@ import zlib
 from typing import Any
 from urllib.parse import unquote
 
-from tenure import Runtime, ToolContext, ToolEffect, providers
+from tenure import Probe, Runtime, ToolContext, ToolEffect, providers
 
 # Write tools declare a short timeout: the fence's lease covers it, so a worker killed
 # during a write is reaped soon enough for the demo to finish.
@@ -115,8 +115,26 @@ def send_invoice(ctx: ToolContext, customer_id: str, amount_cents: int) -> dict[
     return {"invoice": cursor.lastrowid, "customer_id": customer_id, "amount_cents": amount_cents}
 
 
+def invoice_sent(ctx: ToolContext, customer_id: str, amount_cents: int) -> Probe:
+    """The probe of `send_invoice` (SPEC §16): the ledger answers by idempotency key, so an
+    invoice interrupted by a crash is resolved by looking, not by a person."""
+    row = (
+        _database()
+        .execute("SELECT id FROM demo_ledger WHERE idempotency_key = ?", (ctx.idempotency_key,))
+        .fetchone()
+    )
+    if row is None:
+        return Probe.not_done()
+    return Probe.done({"invoice": row[0], "customer_id": customer_id, "amount_cents": amount_cents})
+
+
 app.tool(set_order_status, effect=ToolEffect.IDEMPOTENT_WRITE, timeout=WRITE_TIMEOUT)
-app.tool(send_invoice, effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout=WRITE_TIMEOUT)
+app.tool(
+    send_invoice,
+    effect=ToolEffect.NON_IDEMPOTENT_WRITE,
+    timeout=WRITE_TIMEOUT,
+    probe=invoice_sent,
+)
 
 
 def check(name: str, idempotency_key: str) -> int:

@@ -45,6 +45,7 @@ class Audit:
     journaled_writes: int
     interrupted_writes: int
     interrupted_not_fenced: int
+    resolved_by_probe: dict[str, int]  # verdicts of the invoice probe: done, not_done, unknown
     stale_requeued: int
     recovered_from_killed: int
     scenarios: dict[str, Scenario]
@@ -126,16 +127,18 @@ def audit(
     for run_id, key in ledger:
         keys_by_run.setdefault(run_id, set()).add(key)
     journaled = interrupted = interrupted_not_fenced = stale = from_killed = 0
+    verdicts: Counter[str] = Counter()
     scenarios: dict[str, Scenario] = {}
     for run in runs:
         events = app.events(run.id)
+        verdicts.update(str(e.payload.get("verdict")) for e in events if e.kind is EventKind.PROBE)
         keys = _journaled_keys(events)
         journaled += len(keys)
         lost = keys_by_run.get(run.id, set()) - keys
         interrupted += len(lost)
-        fenced = (
-            run.termination_reason is TerminationReason.NOT_RETRYABLE
-            and run.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE
+        # Fenced: dead-lettered with the fence standing, or back in doubt for its probe.
+        fenced = run.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE and (
+            run.termination_reason is TerminationReason.NOT_RETRYABLE or run.fence_probe
         )
         interrupted_not_fenced += len(lost) if lost and not fenced else 0
         requeues = _requeues(events, killed)
@@ -165,6 +168,7 @@ def audit(
         journaled_writes=journaled,
         interrupted_writes=interrupted,
         interrupted_not_fenced=interrupted_not_fenced,
+        resolved_by_probe=dict(verdicts),
         stale_requeued=stale,
         recovered_from_killed=from_killed,
         scenarios=scenarios,

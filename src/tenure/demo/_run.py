@@ -288,8 +288,14 @@ def _report(result: Audit, killed: list[WorkerProcess], seconds: float, console:
         f"{result.ledger_keys} (run, idempotency key) pairs, {result.repeated_writes} repeated"
     )
     console.print(
-        f"  interrupted writes: {result.interrupted_writes}, each dead-lettered with its fence "
-        f"standing ({result.interrupted_not_fenced} not)"
+        f"  interrupted writes: {result.interrupted_writes}, each left fenced (dead-lettered, or "
+        f"back in doubt for its probe; {result.interrupted_not_fenced} not)"
+    )
+    verdicts = result.resolved_by_probe
+    console.print(
+        f"  interrupted invoices resolved by the probe (the ledger answers by key): "
+        f"{verdicts.get('done', 0)} had happened, {verdicts.get('not_done', 0)} had not and "
+        f"ran once, {verdicts.get('unknown', 0)} could not tell"
     )
     console.print(
         f"  invariants (tenure.audit): {len(result.violations)} violations in {result.runs} "

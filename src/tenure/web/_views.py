@@ -43,9 +43,11 @@ _SHOWN: dict[str, frozenset[str]] = {
     ),
     EventKind.LLM: frozenset({"model", "usage"}),
     EventKind.TOOL: frozenset(
-        {"name", "call_id", "effect", "error", "idempotency_key", "duration_ms"}
+        {"name", "call_id", "effect", "error", "idempotency_key", "duration_ms", "resolved_by"}
     ),
     EventKind.ASSEMBLED: frozenset(),
+    # The probe's verdict is structure; its result and reason may carry content.
+    EventKind.PROBE: frozenset({"name", "idempotency_key", "verdict", "duration_ms"}),
 }
 _SHOWN_ELSEWHERE = frozenset(
     {"call_id", "call_ids", "tool", "tools", "kind", "effect", "approved", "decided_by",
@@ -294,40 +296,65 @@ def _short(value: Any, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _requeued_title(event: Event, payload: dict[str, Any]) -> str:
+    cause = payload.get("cause", "?")
+    delay = payload.get("delay")
+    wait = f", retry in {delay:g}s" if isinstance(delay, int | float) else ""
+    return f"requeued ({cause}{wait})"
+
+
+def _llm_title(event: Event, payload: dict[str, Any]) -> str:
+    message = payload.get("message") or {}
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    if calls:
+        names = ", ".join(str((c.get("function") or {}).get("name")) for c in calls)
+        return f"model asked for {names}"
+    return "model answered"
+
+
+def _input_title(event: Event, payload: dict[str, Any]) -> str:
+    keys = payload.get("keys")
+    fields = f" ({', '.join(map(str, keys))})" if isinstance(keys, list) and keys else ""
+    return f"input from {payload.get('submitted_by', '?')}{fields}"
+
+
+def _probe_title(event: Event, payload: dict[str, Any]) -> str:
+    verdict = payload.get("verdict", "?")
+    said = {
+        "done": "the write had happened",
+        "not_done": "the write had not happened; it runs again",
+        "unknown": "could not tell",
+    }.get(str(verdict), str(verdict))
+    return f"probe of {payload.get('name', '?')}: {said}"
+
+
+def _tool_title(event: Event, payload: dict[str, Any]) -> str:
+    by_probe = " (result from its probe)" if payload.get("resolved_by") == "probe" else ""
+    return f"tool {payload.get('name', '?')}{by_probe}"
+
+
+_TITLES: dict[str, Callable[[Event, dict[str, Any]], str]] = {
+    EventKind.CLAIMED: lambda e, p: (
+        f"claimed by {p.get('worker', '?')} (lease token {e.lease_token})"
+    ),
+    EventKind.REQUEUED: _requeued_title,
+    EventKind.DEAD_LETTERED: lambda e, p: f"dead-lettered: {p.get('reason', '?')}",
+    EventKind.REDRIVEN: lambda e, p: "redriven" + (" (forced)" if p.get("force") else ""),
+    EventKind.TOOL: _tool_title,
+    EventKind.PROBE: _probe_title,
+    EventKind.LLM: _llm_title,
+    EventKind.REQUEST: lambda e, p: f"request: model {p.get('model', '?')}",
+    EventKind.ASSEMBLED: lambda e, p: "final answer",
+    EventKind.APPROVAL: lambda e, p: (
+        f"{'approved' if p.get('approved') else 'denied'} by {p.get('decided_by', '?')}"
+    ),
+    EventKind.INPUT: _input_title,
+}
+
+
 def _title(event: Event, payload: dict[str, Any]) -> str:
-    kind = event.kind
-    if kind == EventKind.CLAIMED:
-        return f"claimed by {payload.get('worker', '?')} (lease token {event.lease_token})"
-    if kind == EventKind.REQUEUED:
-        cause = payload.get("cause", "?")
-        delay = payload.get("delay")
-        wait = f", retry in {delay:g}s" if isinstance(delay, int | float) else ""
-        return f"requeued ({cause}{wait})"
-    if kind == EventKind.DEAD_LETTERED:
-        return f"dead-lettered: {payload.get('reason', '?')}"
-    if kind == EventKind.REDRIVEN:
-        return "redriven" + (" (forced)" if payload.get("force") else "")
-    if kind == EventKind.TOOL:
-        return f"tool {payload.get('name', '?')}"
-    if kind == EventKind.LLM:
-        message = payload.get("message") or {}
-        calls = message.get("tool_calls") if isinstance(message, dict) else None
-        if calls:
-            names = ", ".join(str((c.get("function") or {}).get("name")) for c in calls)
-            return f"model asked for {names}"
-        return "model answered"
-    if kind == EventKind.REQUEST:
-        return f"request: model {payload.get('model', '?')}"
-    if kind == EventKind.ASSEMBLED:
-        return "final answer"
-    if kind == EventKind.APPROVAL:
-        verdict = "approved" if payload.get("approved") else "denied"
-        return f"{verdict} by {payload.get('decided_by', '?')}"
-    if kind == EventKind.INPUT:
-        keys = payload.get("keys")
-        fields = f" ({', '.join(map(str, keys))})" if isinstance(keys, list) and keys else ""
-        return f"input from {payload.get('submitted_by', '?')}{fields}"
-    return str(kind)
+    title = _TITLES.get(event.kind)
+    return title(event, payload) if title is not None else str(event.kind)
 
 
 def timeline(events: Iterable[Event], *, reveal: bool) -> list[Step]:
@@ -492,6 +519,17 @@ def redrive_plan(
         if writes
         else "No non-idempotent write completed in this run"
     )
+    if fenced and run.fence_probe:
+        which = f" ({interrupted.tool})" if interrupted else ""
+        why = (
+            f"{done}. The fence stands: a non-idempotent write{which} started and was "
+            "interrupted before its result was recorded. Its tool has a probe: a redrive "
+            "sends the run back in doubt, and the next segment asks the probe first — if the "
+            "write happened, its result is recorded and it does not run again; if not, it runs "
+            "once with the same idempotency key; if the probe cannot tell, the run is "
+            "dead-lettered again. No force needed"
+        )
+        return RedrivePlan(run.id, True, False, why, writes, next_calls, interrupted)
     if fenced:
         which = f" ({interrupted.tool})" if interrupted else ""
         why = (
