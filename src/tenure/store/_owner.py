@@ -173,20 +173,7 @@ class OwnerTransitions(SQLBase):
     def requeue_in_doubt(
         self, lease: Lease, delay: float, error_class: FailureClass, error: str
     ) -> bool:
-        params = {
-            **self._lease_params(lease),
-            "delay": delay,
-            "error_class": str(error_class),
-            "error": error,
-        }
-        event = lifecycle(
-            EventKind.REQUEUED,
-            cause="in_doubt",
-            error_class=str(error_class),
-            error=error,
-            delay=round(delay, 3),
-        )
-        return self._guarded("requeue_in_doubt", params, lease.run_id, [event], lease) is not None
+        return self._requeue("requeue_in_doubt", "in_doubt", lease, delay, error_class, error)
 
     def clear_fence(self, lease: Lease, lease_seconds: float, event: NewEvent) -> int | None:
         params = {**self._lease_params(lease), "lease": lease_seconds}
@@ -194,6 +181,19 @@ class OwnerTransitions(SQLBase):
         return seqs[0] if seqs else None
 
     def requeue(self, lease: Lease, delay: float, error_class: FailureClass, error: str) -> bool:
+        return self._requeue("requeue", "failure", lease, delay, error_class, error)
+
+    def _requeue(
+        self,
+        query: str,
+        cause: str,
+        lease: Lease,
+        delay: float,
+        error_class: FailureClass,
+        error: str,
+    ) -> bool:
+        """An owner's requeue charged to the budget: after a failure (fence cleared), or in
+        doubt (a probe-able fence kept); the `requeued` event says which."""
         params = {
             **self._lease_params(lease),
             "delay": delay,
@@ -202,12 +202,12 @@ class OwnerTransitions(SQLBase):
         }
         event = lifecycle(
             EventKind.REQUEUED,
-            cause="failure",
+            cause=cause,
             error_class=str(error_class),
             error=error,
             delay=round(delay, 3),
         )
-        return self._guarded("requeue", params, lease.run_id, [event], lease) is not None
+        return self._guarded(query, params, lease.run_id, [event], lease) is not None
 
     def hand_back(self, lease: Lease, why: str, missing: Sequence[str] = ()) -> bool:
         unserved = bool(missing)
