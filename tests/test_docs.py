@@ -87,7 +87,8 @@ def test_not_run_blocks_stay_few() -> None:
     skipped = [b for page in PAGES for b in blocks(page) if not b.run]
     total = sum(len(blocks(page)) for page in PAGES)
     assert total >= 10
-    assert len(skipped) <= 2, [(b.page.name, b.line) for b in skipped]
+    # A server forever (web.md), a user's own project (crashtest.md), an MCP server (mcp.md).
+    assert len(skipped) <= 3, [(b.page.name, b.line) for b in skipped]
 
 
 def test_the_extractor_sees_a_not_run_mark() -> None:

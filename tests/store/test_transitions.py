@@ -306,6 +306,7 @@ def test_redrive_refuses_a_standing_non_idempotent_fence_unless_forced(store: St
     assert store.events(run_id)[-1].payload == {
         "force": True,
         "pending_effect": "non_idempotent_write",
+        "fence_probe": False,
     }
 
 
