@@ -35,9 +35,13 @@ from psycopg.abc import AdaptContext
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from tenure._errors import DatabaseUnavailable, InvalidRequest, StoreError
+from tenure._json import dumps
+from tenure._types import Usage
 from tenure.store import _sql
+from tenure.store._base import NO_USAGE, Lease, NewEvent, NewRun
 from tenure.store._common import Cursor, SQLStore
 from tenure.store._rows import aware
+from tenure.store._sqlbase import _event_rows
 
 T = TypeVar("T")
 log = logging.getLogger("tenure.store.postgres")
@@ -286,6 +290,28 @@ class PostgresStore(SQLStore):
                 raise
             return result  # type: ignore[no-any-return]
 
+    def _pipelined(self, fn: Callable[[Cursor], T], deadline: float) -> T:
+        """`_transaction` in two round trips, for an `fn` that sends one statement and
+        fetches its result: BEGIN, the transaction id and the statement travel together
+        (the fetch sends them), COMMIT alone. The id is in hand before COMMIT is sent, so a
+        connection lost during COMMIT is resolved as in `_transaction`; one lost earlier
+        left nothing committed."""
+        with self._connection(deadline) as conn:
+            committing = False
+            xid: str | None = None
+            result: Any = None
+            try:
+                with conn.pipeline(), conn.transaction():
+                    xid_cursor = conn.execute(Q["transaction_id_now"])
+                    result = fn(conn.cursor())
+                    xid = xid_cursor.fetchone()[0]  # type: ignore[index]
+                    committing = True
+            except psycopg.OperationalError as exc:
+                if committing and conn.closed:
+                    raise _CommitUnknown(xid, result) from exc
+                raise
+            return result  # type: ignore[no-any-return]
+
     def _transaction_status(self, xid: str | None, deadline: float) -> str | None:
         """Whether transaction `xid` committed, asked on a fresh connection."""
         if xid is None:
@@ -306,6 +332,72 @@ class PostgresStore(SQLStore):
     def _write(self, fn: Callable[[Cursor], T]) -> T:
         """Run `fn` in one transaction, retried whole on a transient failure."""
         return self._retrying(lambda deadline: self._transaction(fn, deadline), "write")
+
+    def _write_pipelined(self, fn: Callable[[Cursor], T]) -> T:
+        return self._retrying(lambda deadline: self._pipelined(fn, deadline), "write")
+
+    def _statement(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        """One statement that is its own transaction (the connection is in autocommit):
+        its rows come back once it has committed. Retried whole on a transient failure, so
+        only for a statement whose second run, after a first that committed unseen, changes
+        nothing and says so."""
+
+        def once(deadline: float) -> list[Any]:
+            with self._connection(deadline) as conn:
+                return conn.execute(sql, params).fetchall()
+
+        return self._retrying(once, "write")
+
+    # -- the two writes on every run's path, in one round trip each where they can --------
+
+    def enqueue_many(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
+        if len(runs) != 1:
+            return super().enqueue_many(runs)
+        run = runs[0]
+        rows: list[dict[str, Any]] = []
+        _event_rows(rows, run.run_id, len(run.events) - 1, 0, 0, run.events)
+        params = {
+            "id": run.run_id,
+            "queue": run.queue,
+            "request": run.request,
+            "idempotency_key": run.idempotency_key,
+            "delay": run.delay,
+            "last_sequence": len(run.events) - 1,
+            "events": dumps(rows),
+        }
+        if self._statement(Q["enqueue_with_events"], params):
+            return [(run.run_id, True)]
+        # Nothing inserted: our own earlier try had committed, or the key is taken.
+        found = self._read(Q["enqueued_as"], params)[0][0]
+        return [(found, found == run.run_id)]
+
+    def record_step(
+        self,
+        lease: Lease,
+        lease_seconds: float,
+        events: Sequence[NewEvent],
+        usage: Usage = NO_USAGE,
+    ) -> list[int] | None:
+        n = len(events)
+        params = {
+            **self._lease_params(lease),
+            "attempt": lease.attempt,
+            "lease": lease_seconds,
+            "n": n,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cost": usage.cost,
+            "events": dumps(
+                [
+                    {"i": i, "kind": str(e.kind), "payload": dumps(e.payload)}
+                    for i, e in enumerate(events)
+                ]
+            ),
+        }
+        row = self._write_pipelined(
+            lambda cur: cur.execute(Q["record_step_with_events"], params).fetchone()
+        )
+        return None if row is None else list(range(row[0] - n + 1, row[0] + 1))
 
     def _read(self, sql: str, params: dict[str, Any]) -> list[Any]:
         def once(deadline: float) -> list[Any]:
