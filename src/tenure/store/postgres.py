@@ -25,6 +25,7 @@ import select
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -155,6 +156,13 @@ class _TimestampLoader(psycopg.adapt.Loader):
             return bytes(data).decode("utf-8", "replace")
 
 
+def _abandon(conn: psycopg.Connection[Any]) -> None:
+    """Roll back a transaction that `_two_trips` left open by failing inside it."""
+    if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("ROLLBACK")
+
+
 def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.adapters.register_loader("timestamptz", _TimestampLoader)
 
@@ -186,6 +194,8 @@ class PostgresStore(SQLStore):
         self._closed = False
         self._lock = threading.Lock()
         self._listener = _Listener(self.conninfo)
+        # The pooled connections that hold the prepared statements of `_two_trips`.
+        self._prepared: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 
     # -- connections ---------------------------------------------------------------------
 
@@ -290,27 +300,37 @@ class PostgresStore(SQLStore):
                 raise
             return result  # type: ignore[no-any-return]
 
-    def _pipelined(self, fn: Callable[[Cursor], T], deadline: float) -> T:
-        """`_transaction` in two round trips, for an `fn` that sends one statement and
-        fetches its result: BEGIN, the transaction id and the statement travel together
-        (the fetch sends them), COMMIT alone. The id is in hand before COMMIT is sent, so a
-        connection lost during COMMIT is resolved as in `_transaction`; one lost earlier
-        left nothing committed."""
+    def _two_trips(self, sql: str, params: dict[str, Any], deadline: float) -> list[Any]:
+        """One statement in a transaction of its own, in two round trips: BEGIN, the
+        transaction id and the statement travel as one query string (bound here, on the
+        client), COMMIT alone. The id is in hand before COMMIT is sent, so a connection lost
+        during COMMIT is resolved as in `_transaction`; one lost earlier committed nothing.
+        Returns the statement's rows."""
         with self._connection(deadline) as conn:
             committing = False
             xid: str | None = None
-            result: Any = None
+            rows: list[Any] = []
             try:
-                with conn.pipeline(), conn.transaction():
-                    xid_cursor = conn.execute(Q["transaction_id_now"])
-                    result = fn(conn.cursor())
-                    xid = xid_cursor.fetchone()[0]  # type: ignore[index]
-                    committing = True
+                if conn not in self._prepared:
+                    conn.execute(Q["prepare_record_step"])
+                    self._prepared.add(conn)
+                cur = psycopg.ClientCursor(conn)
+                cur.execute(f"{Q['begin_with_id']}; {sql}", params)
+                cur.nextset()
+                xid = cur.fetchone()[0]  # type: ignore[index]
+                cur.nextset()
+                rows = cur.fetchall()
+                committing = True
+                conn.execute("COMMIT")
             except psycopg.OperationalError as exc:
                 if committing and conn.closed:
-                    raise _CommitUnknown(xid, result) from exc
+                    raise _CommitUnknown(xid, rows) from exc
+                _abandon(conn)
                 raise
-            return result  # type: ignore[no-any-return]
+            except BaseException:
+                _abandon(conn)
+                raise
+            return rows
 
     def _transaction_status(self, xid: str | None, deadline: float) -> str | None:
         """Whether transaction `xid` committed, asked on a fresh connection."""
@@ -333,8 +353,8 @@ class PostgresStore(SQLStore):
         """Run `fn` in one transaction, retried whole on a transient failure."""
         return self._retrying(lambda deadline: self._transaction(fn, deadline), "write")
 
-    def _write_pipelined(self, fn: Callable[[Cursor], T]) -> T:
-        return self._retrying(lambda deadline: self._pipelined(fn, deadline), "write")
+    def _write_two_trips(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        return self._retrying(lambda deadline: self._two_trips(sql, params, deadline), "write")
 
     def _statement(self, sql: str, params: dict[str, Any]) -> list[Any]:
         """One statement that is its own transaction (the connection is in autocommit):
@@ -394,10 +414,8 @@ class PostgresStore(SQLStore):
                 ]
             ),
         }
-        row = self._write_pipelined(
-            lambda cur: cur.execute(Q["record_step_with_events"], params).fetchone()
-        )
-        return None if row is None else list(range(row[0] - n + 1, row[0] + 1))
+        rows = self._write_two_trips(Q["execute_record_step"], params)
+        return list(range(rows[0][0] - n + 1, rows[0][0] + 1)) if rows else None
 
     def _read(self, sql: str, params: dict[str, Any]) -> list[Any]:
         def once(deadline: float) -> list[Any]:
