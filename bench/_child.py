@@ -106,14 +106,20 @@ def count_writes(rt: Runtime) -> list[int]:
     """Counts the store's write transactions (each one commit) from now on."""
     store: Any = rt.store
     counted = [0]
-    write = store._write
-
-    def counting(fn: Callable[..., Any]) -> Any:
-        counted[0] += 1
-        return write(fn)
-
-    store._write = counting
+    # `_write` runs a function in a transaction; PostgreSQL's one-statement paths (an
+    # enqueue, a step) commit through these instead.
+    for name in ("_write", "_write_two_trips", "_statement"):
+        if hasattr(store, name):
+            setattr(store, name, _counting(getattr(store, name), counted))
     return counted
+
+
+def _counting(write: Callable[..., Any], counted: list[int]) -> Callable[..., Any]:
+    def counting(*args: Any) -> Any:
+        counted[0] += 1
+        return write(*args)
+
+    return counting
 
 
 def tenure_enqueue(url: str, n: int) -> None:

@@ -15,7 +15,7 @@ import pytest
 from ._postgres import Cluster
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-SCRIPTS = ["drain", "steps", "recovery", "growth", "limit", "memory", "concurrency"]
+SCRIPTS = ["drain", "steps", "recovery", "growth", "limit", "memory", "concurrency", "paths"]
 TIMEOUT_SECONDS = 240
 
 

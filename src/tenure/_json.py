@@ -26,9 +26,11 @@ def dumps(value: Any) -> str:
         text = orjson.dumps(value, default=str, option=_OPTIONS)
     except orjson.JSONEncodeError:
         return orjson.dumps(json_safe(value), default=str, option=_OPTIONS).decode()
-    # orjson writes NaN and infinities as null: only where a null appears can one hide, and
-    # the standard library's (C) encoder finds it faster than a walk in Python would.
-    if b"null" in text:
+    # orjson writes NaN and infinities as null: only where a null appears can one hide. Most
+    # payloads with a null read back equal to the value (NaN equals nothing, None least of
+    # all), which is cheaper to see than the standard library's strict encoding; the others
+    # (tuples, keys that are not text, NaN itself) take that encoding to decide.
+    if b"null" in text and orjson.loads(text) != value:
         try:
             _STRICT.encode(value)
         except (ValueError, TypeError):

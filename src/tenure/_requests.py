@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tenure import _json
@@ -15,7 +16,8 @@ from tenure._policy import MAX_ITERATIONS_CEILING, MAX_NESTING_DEPTH
 from tenure._types import RunRequest
 from tenure.providers.scripted import parse_script
 
-_FIELDS = {f.name for f in dataclasses.fields(RunRequest)}
+_FIELD_ORDER = tuple(f.name for f in dataclasses.fields(RunRequest))
+_FIELDS = set(_FIELD_ORDER)
 
 
 def validate(
@@ -53,7 +55,29 @@ class _Types(BaseModel):
     max_cost: float | int | None
 
 
+def _plain_types(r: RunRequest) -> bool:
+    """Whether every field has exactly a type that `_Types` accepts: the common case, checked
+    without building a model. Anything else (a subclass, a wrong type) goes to pydantic, which
+    accepts or refuses it with its own message, so this shortcut never accepts more."""
+    return (
+        type(r.prompt) is str
+        and type(r.model) is str
+        and type(r.queue) is str
+        and type(r.max_iterations) is int
+        and type(r.tools) is tuple
+        and all(type(t) is str for t in r.tools)
+        and type(r.metadata) is dict
+        and all(type(k) is str for k in r.metadata)
+        and (r.idempotency_key is None or type(r.idempotency_key) is str)
+        and (r.system is None or type(r.system) is str)
+        and (r.max_tokens is None or type(r.max_tokens) is int)
+        and (r.max_cost is None or type(r.max_cost) in (int, float))
+    )
+
+
 def _check_types(r: RunRequest) -> None:
+    if _plain_types(r):
+        return
     try:
         _Types.model_validate({f: getattr(r, f) for f in _FIELDS})
     except ValidationError as exc:
@@ -177,7 +201,10 @@ def _check_limits(r: RunRequest) -> None:
 
 
 def to_json(request: RunRequest) -> dict[str, Any]:
-    data = dataclasses.asdict(request)
+    """The request's fields as a JSON object. Shallow: it shares `metadata` and `script`
+    with the request, and is meant to be encoded at once (a deep copy cost more than the
+    rest of an enqueue)."""
+    data = {name: getattr(request, name) for name in _FIELD_ORDER}
     data["tools"] = list(request.tools)
     return data
 
@@ -207,3 +234,13 @@ def from_json(raw: str | None) -> RunRequest:
 
 def dumps(data: dict[str, Any]) -> str:
     return _json.dumps(data)
+
+
+def dumps_checked(data: dict[str, Any]) -> str:
+    """`to_json` of a request that `validate` accepted: everything in it is JSON as it
+    stands (text is UTF-8, numbers finite and within 64 bits, keys text), so orjson writes
+    it without the fallbacks `_json.dumps` keeps for values that are not."""
+    try:
+        return orjson.dumps(data).decode()
+    except orjson.JSONEncodeError:  # nested deeper than orjson goes
+        return _json.dumps(data)

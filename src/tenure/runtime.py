@@ -7,7 +7,6 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, cast
@@ -54,7 +53,8 @@ def new_run_id() -> str:
     value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
     value = value & ~(0xF << 76) | 0x7 << 76  # version 7
     value = value & ~(0x3 << 62) | 0x2 << 62  # the RFC 9562 variant
-    return str(uuid.UUID(int=value))
+    h = f"{value:032x}"  # str(uuid.UUID(int=value)) builds and checks an object first
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _check_decider(who: str, execute: str) -> None:
@@ -224,7 +224,7 @@ class Runtime:
         return NewRun(
             run_id=new_run_id(),
             queue=request.queue,
-            request=None if interactive else _requests.dumps(data),
+            request=None if interactive else _requests.dumps_checked(data),
             idempotency_key=request.idempotency_key,
             delay=delay,
             events=(NewEvent(EventKind.REQUEST, data),),

@@ -25,6 +25,7 @@ import select
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -35,9 +36,13 @@ from psycopg.abc import AdaptContext
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from tenure._errors import DatabaseUnavailable, InvalidRequest, StoreError
+from tenure._json import dumps
+from tenure._types import Usage
 from tenure.store import _sql
+from tenure.store._base import NO_USAGE, Lease, NewEvent, NewRun
 from tenure.store._common import Cursor, SQLStore
 from tenure.store._rows import aware
+from tenure.store._sqlbase import _event_rows
 
 T = TypeVar("T")
 log = logging.getLogger("tenure.store.postgres")
@@ -151,6 +156,13 @@ class _TimestampLoader(psycopg.adapt.Loader):
             return bytes(data).decode("utf-8", "replace")
 
 
+def _abandon(conn: psycopg.Connection[Any]) -> None:
+    """Roll back a transaction that `_two_trips` left open by failing inside it."""
+    if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("ROLLBACK")
+
+
 def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.adapters.register_loader("timestamptz", _TimestampLoader)
 
@@ -182,6 +194,8 @@ class PostgresStore(SQLStore):
         self._closed = False
         self._lock = threading.Lock()
         self._listener = _Listener(self.conninfo)
+        # The pooled connections that hold the prepared statements of `_two_trips`.
+        self._prepared: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 
     # -- connections ---------------------------------------------------------------------
 
@@ -286,6 +300,38 @@ class PostgresStore(SQLStore):
                 raise
             return result  # type: ignore[no-any-return]
 
+    def _two_trips(self, sql: str, params: dict[str, Any], deadline: float) -> list[Any]:
+        """One statement in a transaction of its own, in two round trips: BEGIN, the
+        transaction id and the statement travel as one query string (bound here, on the
+        client), COMMIT alone. The id is in hand before COMMIT is sent, so a connection lost
+        during COMMIT is resolved as in `_transaction`; one lost earlier committed nothing.
+        Returns the statement's rows."""
+        with self._connection(deadline) as conn:
+            committing = False
+            xid: str | None = None
+            rows: list[Any] = []
+            try:
+                if conn not in self._prepared:
+                    conn.execute(Q["prepare_record_step"])
+                    self._prepared.add(conn)
+                cur = psycopg.ClientCursor(conn)
+                cur.execute(f"{Q['begin_with_id']}; {sql}", params)
+                cur.nextset()
+                xid = cur.fetchone()[0]  # type: ignore[index]
+                cur.nextset()
+                rows = cur.fetchall()
+                committing = True
+                conn.execute("COMMIT")
+            except psycopg.OperationalError as exc:
+                if committing and conn.closed:
+                    raise _CommitUnknown(xid, rows) from exc
+                _abandon(conn)
+                raise
+            except BaseException:
+                _abandon(conn)
+                raise
+            return rows
+
     def _transaction_status(self, xid: str | None, deadline: float) -> str | None:
         """Whether transaction `xid` committed, asked on a fresh connection."""
         if xid is None:
@@ -306,6 +352,70 @@ class PostgresStore(SQLStore):
     def _write(self, fn: Callable[[Cursor], T]) -> T:
         """Run `fn` in one transaction, retried whole on a transient failure."""
         return self._retrying(lambda deadline: self._transaction(fn, deadline), "write")
+
+    def _write_two_trips(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        return self._retrying(lambda deadline: self._two_trips(sql, params, deadline), "write")
+
+    def _statement(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        """One statement that is its own transaction (the connection is in autocommit):
+        its rows come back once it has committed. Retried whole on a transient failure, so
+        only for a statement whose second run, after a first that committed unseen, changes
+        nothing and says so."""
+
+        def once(deadline: float) -> list[Any]:
+            with self._connection(deadline) as conn:
+                return conn.execute(sql, params).fetchall()
+
+        return self._retrying(once, "write")
+
+    # -- the two writes on every run's path, in one round trip each where they can --------
+
+    def enqueue_many(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
+        if len(runs) != 1:
+            return super().enqueue_many(runs)
+        run = runs[0]
+        rows: list[dict[str, Any]] = []
+        _event_rows(rows, run.run_id, len(run.events) - 1, 0, 0, run.events)
+        params = {
+            "id": run.run_id,
+            "queue": run.queue,
+            "request": run.request,
+            "idempotency_key": run.idempotency_key,
+            "delay": run.delay,
+            "last_sequence": len(run.events) - 1,
+            "events": dumps(rows),
+        }
+        if self._statement(Q["enqueue_with_events"], params):
+            return [(run.run_id, True)]
+        # Nothing inserted: our own earlier try had committed, or the key is taken.
+        found = self._read(Q["enqueued_as"], params)[0][0]
+        return [(found, found == run.run_id)]
+
+    def record_step(
+        self,
+        lease: Lease,
+        lease_seconds: float,
+        events: Sequence[NewEvent],
+        usage: Usage = NO_USAGE,
+    ) -> list[int] | None:
+        n = len(events)
+        params = {
+            **self._lease_params(lease),
+            "attempt": lease.attempt,
+            "lease": lease_seconds,
+            "n": n,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cost": usage.cost,
+            "events": dumps(
+                [
+                    {"i": i, "kind": str(e.kind), "payload": dumps(e.payload)}
+                    for i, e in enumerate(events)
+                ]
+            ),
+        }
+        rows = self._write_two_trips(Q["execute_record_step"], params)
+        return list(range(rows[0][0] - n + 1, rows[0][0] + 1)) if rows else None
 
     def _read(self, sql: str, params: dict[str, Any]) -> list[Any]:
         def once(deadline: float) -> list[Any]:

@@ -446,3 +446,86 @@ RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 -- name: fence_call_of
 -- The call an in-doubt fence stands for.
 SELECT pending_effect, fence_call, fence_probe FROM tenure_runs WHERE id = %(id)s;
+-- name: enqueue_with_events
+-- One queued run and its events (%(events)s: a JSON array of {sequence, kind, payload}, the
+-- payload as JSON text) in one statement, which commits on its own: one round trip. It
+-- inserts nothing, events included, when the idempotency key is taken or the id is already
+-- there (an earlier try of this same statement committed and its answer was lost).
+WITH run AS (
+    INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
+                             last_sequence, created_at, updated_at)
+    VALUES (%(id)s, %(queue)s, 'queued', %(request)s, %(idempotency_key)s,
+            {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now})
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue
+), added AS (
+    INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload,
+                               created_at)
+    SELECT run.id, e.sequence, 0, 0, e.kind, e.payload::json, {now}
+      FROM run, json_to_recordset(%(events)s::json) AS e(sequence integer, kind text,
+                                                          payload text)
+)
+SELECT id, CASE WHEN %(delay)s <= 0 THEN pg_notify('tenure_runs', queue) END FROM run;
+
+-- name: enqueued_as
+-- After `enqueue_with_events` inserted nothing: the run it had inserted itself on an earlier
+-- try (its id first), else the run that holds the idempotency key.
+SELECT id FROM tenure_runs
+ WHERE id = %(id)s OR idempotency_key = %(idempotency_key)s
+ ORDER BY id = %(id)s DESC
+ LIMIT 1;
+
+-- name: begin_with_id
+-- A transaction and its id, assigned now; the statement that follows is appended to this
+-- text and sent with it (one round trip), so the id is known before COMMIT is sent.
+BEGIN; SELECT pg_current_xact_id()::text;
+
+-- name: record_step_with_events
+-- `record_step` and the insert of its events (%(events)s: a JSON array of {i, kind,
+-- payload}, i counting from 0, the payload as JSON text) in one statement. The events carry
+-- the owner's lease (%(attempt)s, %(token)s); none is inserted when the guard fails.
+WITH moved AS (
+    UPDATE tenure_runs
+       SET lease_expires = {now} + make_interval(secs => %(lease)s),
+           last_sequence = last_sequence + %(n)s,
+           input_tokens = input_tokens + %(input_tokens)s,
+           output_tokens = output_tokens + %(output_tokens)s,
+           cost = cost + %(cost)s, updated_at = {now}
+     WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+       AND lease_token = %(token)s
+    RETURNING last_sequence
+), added AS (
+    INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload,
+                               created_at)
+    SELECT %(id)s, moved.last_sequence - %(n)s + 1 + e.i, %(attempt)s, %(token)s, e.kind,
+           e.payload::json, {now}
+      FROM moved, json_to_recordset(%(events)s::json) AS e(i integer, kind text,
+                                                           payload text)
+)
+SELECT last_sequence FROM moved;
+
+-- name: prepare_record_step
+-- `record_step_with_events` as a prepared statement of the connection (parameters: id,
+-- owner, token, attempt, lease, n, input_tokens, output_tokens, cost, events), so that a
+-- step sent as one query string with BEGIN is not parsed and planned each time.
+PREPARE tenure_record_step (text, text, bigint, integer, double precision, integer, bigint,
+                            bigint, double precision, json) AS
+WITH moved AS (
+    UPDATE tenure_runs
+       SET lease_expires = {now} + make_interval(secs => $5),
+           last_sequence = last_sequence + $6,
+           input_tokens = input_tokens + $7, output_tokens = output_tokens + $8,
+           cost = cost + $9, updated_at = {now}
+     WHERE id = $1 AND status = 'running' AND claimed_by = $2 AND lease_token = $3
+    RETURNING last_sequence
+), added AS (
+    INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload,
+                               created_at)
+    SELECT $1, moved.last_sequence - $6 + 1 + e.i, $4, $3, e.kind, e.payload::json, {now}
+      FROM moved, json_to_recordset($10) AS e(i integer, kind text, payload text)
+)
+SELECT last_sequence FROM moved;
+
+-- name: execute_record_step
+EXECUTE tenure_record_step (%(id)s, %(owner)s, %(token)s, %(attempt)s, %(lease)s, %(n)s,
+                            %(input_tokens)s, %(output_tokens)s, %(cost)s, %(events)s);

@@ -1,0 +1,62 @@
+"""Store conformance: what a step and an enqueue write, event by event (PostgreSQL writes a
+step's UPDATE and its events in one statement, and an enqueue's run and its event in
+another; SQLite in two). Runs against every backend in BACKENDS."""
+
+from __future__ import annotations
+
+import math
+
+from tenure._types import EventKind
+from tenure.store import Store
+
+from .helpers import claim_one, enqueue, new_run, step
+
+
+def test_step_events_carry_the_lease_and_consecutive_sequences(store: Store) -> None:
+    run_id = enqueue(store)
+    lease = claim_one(store).lease
+    assert store.record_step(lease, 30, [step(n=1)]) == [2]
+    assert store.record_step(lease, 30, [step(n=2), step(EventKind.TOOL, n=3)]) == [3, 4]
+    events = store.events(run_id, after=1)
+    assert [(e.sequence, e.attempt, e.lease_token) for e in events] == [
+        (s, lease.attempt, lease.token) for s in (2, 3, 4)
+    ]
+    assert [str(e.kind) for e in events] == ["llm", "llm", "tool"]
+
+
+def test_a_step_without_events_renews_the_lease_and_appends_nothing(store: Store) -> None:
+    run_id = enqueue(store)
+    lease = claim_one(store, lease=1).lease
+    before = store.get_run(run_id).lease_expires  # type: ignore[union-attr]
+    assert store.record_step(lease, 60, []) == []
+    run = store.get_run(run_id)
+    assert run is not None and run.lease_expires is not None and before is not None
+    assert run.lease_expires > before
+    assert [e.sequence for e in store.events(run_id)] == [0, 1]
+
+
+def test_payloads_with_null_keep_it_and_values_json_cannot_hold_become_text(
+    store: Store,
+) -> None:
+    run_id = enqueue(store)
+    lease = claim_one(store).lease
+    plain = {"a": None, "b": [1.5, None, "x"], "c": {"d": None}}
+    odd = {"a": None, "nan": math.nan, "inf": [None, math.inf], "pair": (1, None)}
+    assert store.record_step(lease, 30, [step(**plain), step(**odd)]) == [2, 3]
+    first, second = (e.payload for e in store.events(run_id, after=1))
+    assert first == plain
+    assert second == {"a": None, "nan": "nan", "inf": [None, "inf"], "pair": [1, None]}
+
+
+def test_an_enqueue_writes_its_run_and_events_once(store: Store) -> None:
+    run = new_run(key="once")
+    run_id, created = store.enqueue(run)
+    assert (run_id, created) == (run.run_id, True)
+    again = new_run(key="once")
+    assert store.enqueue(again) == (run_id, False)
+    assert store.get_run(again.run_id) is None
+    events = store.events(run_id)
+    assert [(e.sequence, str(e.kind), e.attempt, e.lease_token) for e in events] == [
+        (i, str(ev.kind), 0, 0) for i, ev in enumerate(run.events)
+    ]
+    assert [e.payload for e in events] == [dict(ev.payload) for ev in run.events]
