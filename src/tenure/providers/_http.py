@@ -1,4 +1,5 @@
-"""What HTTP providers share: reading a server's requested wait. Pure; no SDK needed."""
+"""What HTTP providers share: a server's requested wait, the classes of plain Python
+network errors, token counts. Pure; no SDK needed."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import email.utils
 import math
 import time
 from collections.abc import Mapping
+from typing import Any
+
+from tenure._errors import ProviderError
+from tenure._types import FailureClass
 
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
@@ -35,3 +40,18 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
         return None
     current = time.time() if now is None else now
     return max(when.timestamp() - current, 0.0)
+
+
+def classify_plain(exc: BaseException, message: str) -> ProviderError:
+    """What is left once the SDK's and httpx's own exceptions are classified: Python's
+    timeouts and connection errors, and `unknown` for everything else."""
+    if isinstance(exc, TimeoutError):
+        return ProviderError(FailureClass.TIMEOUT, message)
+    if isinstance(exc, ConnectionError):
+        return ProviderError(FailureClass.CONNECTION, message)
+    return ProviderError(FailureClass.UNKNOWN, message)
+
+
+def count_tokens(value: Any) -> int:
+    """A usage count as the endpoint reported it; anything but a positive number is 0."""
+    return int(value) if isinstance(value, int | float) and value > 0 else 0

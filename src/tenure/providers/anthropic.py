@@ -45,7 +45,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from tenure._errors import InvalidRequest, ProviderError
 from tenure._types import FailureClass, Usage
 from tenure.providers._base import MALFORMED_ARGUMENTS_KEY, ModelCall, ModelReply, Price, ToolCall
-from tenure.providers._http import parse_retry_after
+from tenure.providers._http import classify_plain, count_tokens, parse_retry_after
 
 DEFAULT_TIMEOUT = 60.0
 # The Messages API requires an output limit on every request.
@@ -99,14 +99,7 @@ def classify_error(exc: BaseException, *, now: float | None = None) -> ProviderE
         return ProviderError(FailureClass.SERVER_ERROR, f"malformed response: {message}")
     if isinstance(exc, anthropic.CredentialsError):
         return ProviderError(FailureClass.CONFIGURATION, message)
-    transport = _from_transport(exc, message)
-    if transport is not None:
-        return transport
-    if isinstance(exc, TimeoutError):
-        return ProviderError(FailureClass.TIMEOUT, message)
-    if isinstance(exc, ConnectionError):
-        return ProviderError(FailureClass.CONNECTION, message)
-    return ProviderError(FailureClass.UNKNOWN, message)
+    return _from_transport(exc, message) or classify_plain(exc, message)
 
 
 def _from_status(
@@ -301,19 +294,15 @@ def _usage(raw: Any, price: Price | None) -> Usage:
     prompt cache; the cost prices each at its own rate."""
     if not isinstance(raw, dict):
         return Usage()
-    fresh = _count(raw.get("input_tokens"))
-    written = _count(raw.get("cache_creation_input_tokens"))
-    read = _count(raw.get("cache_read_input_tokens"))
-    output = _count(raw.get("output_tokens"))
+    fresh = count_tokens(raw.get("input_tokens"))
+    written = count_tokens(raw.get("cache_creation_input_tokens"))
+    read = count_tokens(raw.get("cache_read_input_tokens"))
+    output = count_tokens(raw.get("output_tokens"))
     cost = 0.0
     if price is not None:
         weighted = fresh + written * CACHE_WRITE_FACTOR + read * CACHE_READ_FACTOR
         cost = (weighted * price.input + output * price.output) / 1_000_000
     return Usage(fresh + written + read, output, cost)
-
-
-def _count(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and value > 0 else 0
 
 
 # -- the provider --------------------------------------------------------------------------

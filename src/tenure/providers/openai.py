@@ -38,7 +38,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from tenure._errors import Cancelled, InvalidRequest, ProviderError
 from tenure._types import FailureClass, Usage
 from tenure.providers._base import MALFORMED_ARGUMENTS_KEY, ModelCall, ModelReply, Price, ToolCall
-from tenure.providers._http import parse_retry_after
+from tenure.providers._http import classify_plain, count_tokens, parse_retry_after
 from tenure.providers._stream import StreamAssembly
 
 DEFAULT_TIMEOUT = 60.0
@@ -105,14 +105,7 @@ def classify_error(exc: BaseException, *, now: float | None = None) -> ProviderE
         # The server answered, but not with a chat completion: a proxy's HTML error page,
         # a truncated body. The next attempt may well reach a healthy replica.
         return ProviderError(FailureClass.SERVER_ERROR, f"malformed response: {message}")
-    transport = _from_transport(exc, message)
-    if transport is not None:
-        return transport
-    if isinstance(exc, TimeoutError):
-        return ProviderError(FailureClass.TIMEOUT, message)
-    if isinstance(exc, ConnectionError):
-        return ProviderError(FailureClass.CONNECTION, message)
-    return ProviderError(FailureClass.UNKNOWN, message)
+    return _from_transport(exc, message) or classify_plain(exc, message)
 
 
 def _from_status(
@@ -250,14 +243,10 @@ def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:
 def _usage(raw: Any, price: Price | None) -> Usage:
     if not isinstance(raw, dict):
         return Usage()
-    input_tokens = _count(raw.get("prompt_tokens"))
-    output_tokens = _count(raw.get("completion_tokens"))
+    input_tokens = count_tokens(raw.get("prompt_tokens"))
+    output_tokens = count_tokens(raw.get("completion_tokens"))
     cost = price.cost(input_tokens, output_tokens) if price else 0.0
     return Usage(input_tokens, output_tokens, cost)
-
-
-def _count(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and value > 0 else 0
 
 
 def _price_for(prices: Mapping[str, Price], answered: str, requested: str) -> Price | None:
