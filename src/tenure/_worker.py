@@ -150,13 +150,15 @@ class Worker:
     # -- the loop ------------------------------------------------------------------------
 
     def run(self) -> WorkerStats:
-        for _ in range(self.concurrency):
-            self._start_slot()
-        reaper = threading.Thread(target=self._reap_loop, name="tenure-reaper", daemon=True)
-        reaper.start()
-        log.info("%s started: concurrency %d", self.identity, self.concurrency)
-        unsubscribe = self.engine.store.subscribe(self.wake)
+        # The signal handlers first: a slot claims as soon as it starts, and a SIGTERM that
+        # arrived before the handlers would kill the process instead of draining it.
         with self._signals():
+            for _ in range(self.concurrency):
+                self._start_slot()
+            reaper = threading.Thread(target=self._reap_loop, name="tenure-reaper", daemon=True)
+            reaper.start()
+            log.info("%s started: concurrency %d", self.identity, self.concurrency)
+            unsubscribe = self.engine.store.subscribe(self.wake)
             try:
                 self._claim_loop()
             finally:
