@@ -72,34 +72,59 @@ def sqlite_runs(
         tenure_enq.values.extend(e.values)
         runs.add("tenure/SQLite", f"runs/s c={conc}", d, note=f"{k.median:.2f} commits/run")
     enqueue.add("tenure/SQLite", "enqueue/s", tenure_enq)
-    if peers and c.installed("huey"):
-        best: c.Series | None = None
-        for threads in THREADS_HUEY:
-            e, d, _ = measure("huey", sqlite, n, threads, times)
-            if threads == 1:
-                enqueue.add("huey/SQLite", "enqueue/s", e, baseline=tenure_enq)
-            base = tenure[1] if threads == 1 else tenure[8]
-            runs.add("huey/SQLite", f"runs/s {threads} thr", d, baseline=base)
-            if best is None or d.median > best.median:
-                best = d
-        assert best is not None
-        runs.add("huey/SQLite", "best threads vs tenure c=8", best, baseline=tenure[8])
-    elif peers:
+    if peers:
+        huey_runs(sqlite, n, times, tenure, tenure_enq, enqueue, runs)
+        dbos_runs(sqlite, n, times, tenure, tenure_enq, enqueue, runs)
+
+
+def huey_runs(
+    sqlite: c.Callable[[], str],
+    n: int,
+    times: int,
+    tenure: dict[int, c.Series],
+    tenure_enq: c.Series,
+    enqueue: c.Table,
+    runs: c.Table,
+) -> None:
+    if not c.installed("huey"):
         runs.missing("huey/SQLite", "runs/s")
-    if peers and c.installed("dbos"):
-        for conc in CONCURRENCY:
-            e, d, _ = measure("dbos", sqlite, n, conc, times)
-            if conc == 1:
-                enqueue.add("DBOS/SQLite", "enqueue/s", e, baseline=tenure_enq)
-            runs.add(
-                "DBOS/SQLite",
-                f"runs/s c={conc}",
-                d,
-                baseline=tenure[conc],
-                note=f"{min(n, DBOS_MAX_JOBS)} jobs",
-            )
-    elif peers:
+        return
+    best: c.Series | None = None
+    for threads in THREADS_HUEY:
+        e, d, _ = measure("huey", sqlite, n, threads, times)
+        if threads == 1:
+            enqueue.add("huey/SQLite", "enqueue/s", e, baseline=tenure_enq)
+        base = tenure[1] if threads == 1 else tenure[8]
+        runs.add("huey/SQLite", f"runs/s {threads} thr", d, baseline=base)
+        if best is None or d.median > best.median:
+            best = d
+    assert best is not None
+    runs.add("huey/SQLite", "best threads vs tenure c=8", best, baseline=tenure[8])
+
+
+def dbos_runs(
+    sqlite: c.Callable[[], str],
+    n: int,
+    times: int,
+    tenure: dict[int, c.Series],
+    tenure_enq: c.Series,
+    enqueue: c.Table,
+    runs: c.Table,
+) -> None:
+    if not c.installed("dbos"):
         runs.missing("DBOS/SQLite", "runs/s")
+        return
+    for conc in CONCURRENCY:
+        e, d, _ = measure("dbos", sqlite, n, conc, times)
+        if conc == 1:
+            enqueue.add("DBOS/SQLite", "enqueue/s", e, baseline=tenure_enq)
+        runs.add(
+            "DBOS/SQLite",
+            f"runs/s c={conc}",
+            d,
+            baseline=tenure[conc],
+            note=f"{min(n, DBOS_MAX_JOBS)} jobs",
+        )
 
 
 def pg_runs(

@@ -366,42 +366,51 @@ def openai_schema(arguments: type[BaseModel]) -> dict[str, Any]:
     names and descriptions, and titles only cost tokens.
     """
     schema = arguments.model_json_schema()
-    defs: dict[str, Any] = schema.pop("$defs", {})
-    kept: dict[str, Any] = {}
+    inliner = _Inliner(schema.pop("$defs", {}))
+    result: dict[str, Any] = inliner.resolve(schema, frozenset())
+    result.setdefault("type", "object")
+    result.setdefault("properties", {})
+    if inliner.kept:
+        result["$defs"] = inliner.kept
+    return result
 
-    def resolve(node: Any, active: frozenset[str]) -> Any:
+
+class _Inliner:
+    """Inlines `$ref`s to `$defs` entries; `active` holds the definitions being expanded."""
+
+    def __init__(self, defs: dict[str, Any]) -> None:
+        self.defs = defs
+        self.kept: dict[str, Any] = {}
+
+    def resolve(self, node: Any, active: frozenset[str]) -> Any:
         if isinstance(node, list):
-            return [resolve(item, active) for item in node]
+            return [self.resolve(item, active) for item in node]
         if not isinstance(node, dict):
             return node
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            name = ref.removeprefix("#/$defs/")
-            siblings = {
-                k: resolve(v, active) for k, v in node.items() if k not in ("$ref", "title")
-            }
-            if name in active or name not in defs:
-                if name in defs and name not in kept:
-                    kept[name] = {}  # claimed before resolving, so recursion stops here
-                    kept[name] = resolve(defs[name], frozenset({name}))
-                return {"$ref": ref, **siblings}
-            return {**resolve(defs[name], active | {name}), **siblings}
+            return self._reference(node, ref, active)
         out: dict[str, Any] = {}
         for key, value in node.items():
             if key == "title" and isinstance(value, str):
                 continue
             if key == "properties" and isinstance(value, dict):
-                out[key] = {prop: resolve(sub, active) for prop, sub in value.items()}
+                out[key] = {prop: self.resolve(sub, active) for prop, sub in value.items()}
             else:
-                out[key] = resolve(value, active)
+                out[key] = self.resolve(value, active)
         return out
 
-    result: dict[str, Any] = resolve(schema, frozenset())
-    result.setdefault("type", "object")
-    result.setdefault("properties", {})
-    if kept:
-        result["$defs"] = kept
-    return result
+    def _reference(self, node: dict[str, Any], ref: str, active: frozenset[str]) -> Any:
+        name = ref.removeprefix("#/$defs/")
+        siblings = {
+            k: self.resolve(v, active) for k, v in node.items() if k not in ("$ref", "title")
+        }
+        if name in active or name not in self.defs:
+            if name in self.defs and name not in self.kept:
+                self.kept[name] = {}  # claimed before resolving, so recursion stops here
+                self.kept[name] = self.resolve(self.defs[name], frozenset({name}))
+            return {"$ref": ref, **siblings}
+        return {**self.resolve(self.defs[name], active | {name}), **siblings}
 
 
 def _differences(known: Tool, new: Tool) -> list[str]:

@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import threading
+from typing import Any
 
 from tenure._command import CliError, Context, UsageError
 from tenure.cli._output import err
@@ -37,25 +38,8 @@ LISTEN_BACKLOG = 2048
 
 
 def serve(ctx: Context, args: argparse.Namespace) -> int:
-    try:
-        import uvicorn
-
-        from tenure.web import WritesNeedToken, create_app
-    except ImportError as exc:
-        missing = (exc.name or "").partition(".")[0]
-        if missing not in WEB_EXTRA_MODULES:
-            raise
-        raise CliError(
-            f"tenure serve needs the web extra ({missing} is not installed): "
-            "pip install 'tenure[web]'"
-        ) from None
-    tracing = None
-    if args.otel:
-        try:
-            from tenure.web._otel import Tracing
-        except ImportError:
-            raise CliError("--otel needs the otel extra: pip install 'tenure[otel]'") from None
-        tracing = Tracing()
+    uvicorn, create_app, writes_need_token = _web_extra()
+    tracing = _tracing(args.otel)
     token = os.environ.get(TOKEN_VARIABLE, "").strip() or None
     hosts = _allowed_hosts(args.host, args.allowed_host)
     try:
@@ -66,7 +50,7 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
             tracing=tracing,
             allowed_hosts=hosts,
         )
-    except WritesNeedToken as exc:
+    except writes_need_token as exc:
         raise UsageError(str(exc)) from None
     logging.basicConfig(
         stream=sys.stderr,
@@ -74,14 +58,7 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("tenure").setLevel(logging.INFO)
-    if token and len(token) < MIN_TOKEN_LENGTH:
-        err.print(
-            f"warning: {TOKEN_VARIABLE} is short ({len(token)} characters); "
-            "use 32 random characters or more"
-        )
-    mode = "reads and writes need the bearer token" if token else "read-only (no token)"
-    if token and args.public_read:
-        mode = "anyone may read; writes need the bearer token"
+    mode = _access_mode(token, args.public_read)
     # Bound before anything is said or started: a port in use is one line, not a
     # "serving on" line followed by uvicorn's own report of the failure.
     sock = _listen(args.host, args.port)
@@ -115,6 +92,47 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
             thread.join()
     err.print("tenure serve stopped")
     return 0
+
+
+def _web_extra() -> tuple[Any, Any, type[Exception]]:
+    """uvicorn, `create_app` and `WritesNeedToken`, or one line naming the extra to install."""
+    try:
+        import uvicorn
+
+        from tenure.web import WritesNeedToken, create_app
+    except ImportError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in WEB_EXTRA_MODULES:
+            raise
+        raise CliError(
+            f"tenure serve needs the web extra ({missing} is not installed): "
+            "pip install 'tenure[web]'"
+        ) from None
+    return uvicorn, create_app, WritesNeedToken
+
+
+def _tracing(wanted: bool) -> Any:
+    if not wanted:
+        return None
+    try:
+        from tenure.web._otel import Tracing
+    except ImportError:
+        raise CliError("--otel needs the otel extra: pip install 'tenure[otel]'") from None
+    return Tracing()
+
+
+def _access_mode(token: str | None, public_read: bool) -> str:
+    """What the served API allows without a token; warns about a short token."""
+    if token is None:
+        return "read-only (no token)"
+    if len(token) < MIN_TOKEN_LENGTH:
+        err.print(
+            f"warning: {TOKEN_VARIABLE} is short ({len(token)} characters); "
+            "use 32 random characters or more"
+        )
+    if public_read:
+        return "anyone may read; writes need the bearer token"
+    return "reads and writes need the bearer token"
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -46,18 +46,27 @@ def _dir(dialect: str) -> resources.abc.Traversable:
 
 @cache
 def queries(dialect: str, **macros: str) -> dict[str, str]:
-    """`-- name: x` blocks of `queries.sql`, with `{macro}`s filled in."""
+    """`-- name: x` blocks of `queries.sql`, with `{macro}`s filled in.
+
+    A block whose name starts with `_` is a fragment, not a query: other blocks include it as
+    `{_name}`, so that two statements that must agree (a claim and the claim of one named run)
+    share their text instead of repeating it.
+    """
     text = _dir(dialect).joinpath("queries.sql").read_text(encoding="utf-8")
     parts = _NAME.split(text)
-    found: dict[str, str] = {}
-    filled = {"run_columns": ", ".join(RUN_COLUMNS), **macros}
+    blocks: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
-        sql = "\n".join(lines).strip().rstrip(";")
-        for key, value in filled.items():
-            sql = sql.replace("{" + key + "}", value)
-        found[name] = sql
-    return found
+        blocks[name] = "\n".join(lines).strip().rstrip(";")
+    filled = {"run_columns": ", ".join(RUN_COLUMNS), **macros}
+    filled |= {name: _fill(sql, filled) for name, sql in blocks.items() if name.startswith("_")}
+    return {name: _fill(sql, filled) for name, sql in blocks.items() if not name.startswith("_")}
+
+
+def _fill(sql: str, macros: dict[str, str]) -> str:
+    for key, value in macros.items():
+        sql = sql.replace("{" + key + "}", value)
+    return sql
 
 
 def migrations(dialect: str) -> list[tuple[int, str]]:

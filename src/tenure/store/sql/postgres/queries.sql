@@ -67,6 +67,20 @@ VALUES (%(id)s, %(queue)s, 'running', %(request)s, %(idempotency_key)s, %(owner)
 INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
 VALUES (%(run_id)s, %(sequence)s, %(attempt)s, %(lease_token)s, %(kind)s, %(payload)s, {now});
 
+-- name: _claim_set
+-- What a claim does to each run it takes: the claim of the oldest runs and the claim of one
+-- named run differ only in which rows they take.
+   SET status = 'running', claimed_by = %(owner)s,
+       lease_expires = {now} + make_interval(secs => %(lease)s),
+       lease_token = r.lease_token + 1,
+       attempt = CASE WHEN r.started_at IS NULL THEN 0 ELSE r.attempt + 1 END,
+       started_at = COALESCE(r.started_at, {now}), updated_at = {now},
+       last_sequence = r.last_sequence + %(n)s
+
+-- name: _claim_returning
+RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_sequence,
+          r.decision, r.fence_call
+
 -- name: claim
 -- Claim up to %(limit)s claimable runs. SKIP LOCKED: rows another claimer has locked are
 -- passed over instead of waited for, and a row that stopped being queued while we looked is
@@ -82,29 +96,18 @@ WITH picked AS (
        FOR UPDATE SKIP LOCKED
 )
 UPDATE tenure_runs r
-   SET status = 'running', claimed_by = %(owner)s,
-       lease_expires = {now} + make_interval(secs => %(lease)s),
-       lease_token = r.lease_token + 1,
-       attempt = CASE WHEN r.started_at IS NULL THEN 0 ELSE r.attempt + 1 END,
-       started_at = COALESCE(r.started_at, {now}), updated_at = {now},
-       last_sequence = r.last_sequence + %(n)s
+{_claim_set}
   FROM picked
  WHERE r.id = picked.id
-RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_sequence,
-          r.decision, r.fence_call;
+{_claim_returning};
 
 -- name: claim_run
--- Claim one named run, if it is queued and claimable now.
-UPDATE tenure_runs
-   SET status = 'running', claimed_by = %(owner)s,
-       lease_expires = {now} + make_interval(secs => %(lease)s),
-       lease_token = lease_token + 1,
-       attempt = CASE WHEN started_at IS NULL THEN 0 ELSE attempt + 1 END,
-       started_at = COALESCE(started_at, {now}), updated_at = {now},
-       last_sequence = last_sequence + %(n)s
- WHERE id = %(id)s AND status = 'queued' AND available_at <= {now}
-RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
-          fence_call;
+-- The claim filtered by id: one named run, if it is queued and claimable now (by its primary
+-- key rather than the claimable partial index, which would walk the backlog to find it).
+UPDATE tenure_runs r
+{_claim_set}
+ WHERE r.id = %(id)s AND r.status = 'queued' AND r.available_at <= {now}
+{_claim_returning};
 
 -- name: record_step
 -- Heartbeat: renew the lease of the owner, reserve %(n)s event sequences, add usage.

@@ -31,6 +31,19 @@ VALUES (:id, :queue, 'running', :request, :idempotency_key, :owner,
 INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
 VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, {now});
 
+-- name: _claim_set
+-- What a claim does to each run it takes: the claim of the oldest runs and the claim of one
+-- named run differ only in which rows they take.
+   SET status = 'running', claimed_by = :owner, lease_expires = {now} + :lease,
+       lease_token = lease_token + 1,
+       attempt = CASE WHEN started_at IS NULL THEN 0 ELSE attempt + 1 END,
+       started_at = COALESCE(started_at, {now}), updated_at = {now},
+       last_sequence = last_sequence + :n
+
+-- name: _claim_returning
+RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
+          fence_call
+
 -- name: claim
 -- Claim up to :limit claimable runs. The writer lock taken by BEGIN IMMEDIATE makes the
 -- subquery and the update one step: no other claimer can see these rows as queued.
@@ -38,30 +51,21 @@ VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, {now});
 -- which reads and sorts every queued row at each claim, so a drain of a backlog of N runs
 -- costs N²; the claimable index yields the oldest available rows first and stops at :limit.
 UPDATE tenure_runs
-   SET status = 'running', claimed_by = :owner, lease_expires = {now} + :lease,
-       lease_token = lease_token + 1,
-       attempt = CASE WHEN started_at IS NULL THEN 0 ELSE attempt + 1 END,
-       started_at = COALESCE(started_at, {now}), updated_at = {now},
-       last_sequence = last_sequence + :n
+{_claim_set}
  WHERE id IN (SELECT id FROM tenure_runs INDEXED BY tenure_runs_claimable
                WHERE status = 'queued' AND available_at <= {now}
                  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
                ORDER BY available_at
                LIMIT :limit)
-RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
-          fence_call;
+{_claim_returning};
 
 -- name: claim_run
--- Claim one named run, if it is queued and claimable now.
+-- The claim filtered by id: one named run, if it is queued and claimable now (by its primary
+-- key rather than the claimable index, which would walk the backlog to find it).
 UPDATE tenure_runs
-   SET status = 'running', claimed_by = :owner, lease_expires = {now} + :lease,
-       lease_token = lease_token + 1,
-       attempt = CASE WHEN started_at IS NULL THEN 0 ELSE attempt + 1 END,
-       started_at = COALESCE(started_at, {now}), updated_at = {now},
-       last_sequence = last_sequence + :n
+{_claim_set}
  WHERE id = :id AND status = 'queued' AND available_at <= {now}
-RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
-          fence_call;
+{_claim_returning};
 
 -- name: record_step
 -- Heartbeat: renew the lease of the owner, reserve :n event sequences, add usage.
