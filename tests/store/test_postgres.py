@@ -147,6 +147,7 @@ def test_heartbeats_are_hot_updates(pg: PostgresStore, pg_url: str) -> None:
     lease = claim_one(pg).lease
     params = {"id": run_id, "owner": lease.owner, "token": lease.token, "lease": 30.0, "n": 0}
     params |= {"input_tokens": 1, "output_tokens": 1, "cost": 0.0}
+    params |= {"attempt": lease.attempt, "events": "[]"}
     hot = 0
     beats = 50
     with psycopg.connect(pg_url) as conn:

@@ -50,6 +50,38 @@ log = logging.getLogger("tenure.store.postgres")
 NOW = "clock_timestamp()"
 Q = _sql.queries("postgres", now=NOW)
 
+# `record_step` prepared once per connection: its parameters in order, with their types.
+_STEP_PARAMETERS = (
+    ("id", "text"),
+    ("owner", "text"),
+    ("token", "bigint"),
+    ("attempt", "integer"),
+    ("lease", "double precision"),
+    ("n", "integer"),
+    ("input_tokens", "bigint"),
+    ("output_tokens", "bigint"),
+    ("cost", "double precision"),
+    ("events", "json"),
+)
+
+
+def prepared_step() -> tuple[str, str]:
+    """(PREPARE, EXECUTE) of `record_step`: the same statement text, numbered parameters."""
+    body = Q["record_step"]
+    for number, (name, _) in enumerate(_STEP_PARAMETERS, start=1):
+        body = body.replace(f"%({name})s", f"${number}")
+    if "%(" in body:
+        raise StoreError("record_step names a parameter that _STEP_PARAMETERS does not")
+    types = ", ".join(kind for _, kind in _STEP_PARAMETERS)
+    names = ", ".join(f"%({name})s" for name, _ in _STEP_PARAMETERS)
+    return (
+        f"PREPARE tenure_record_step ({types}) AS\n{body}",
+        f"EXECUTE tenure_record_step ({names})",
+    )
+
+
+_PREPARE_STEP, _EXECUTE_STEP = prepared_step()
+
 URL_PREFIXES = ("postgresql://", "postgres://", "postgresql+psycopg://")
 APPLICATION_NAME = "tenure"
 CONNECT_TIMEOUT_SECONDS = 5
@@ -312,7 +344,7 @@ class PostgresStore(SQLStore):
             rows: list[Any] = []
             try:
                 if conn not in self._prepared:
-                    conn.execute(Q["prepare_record_step"])
+                    conn.execute(_PREPARE_STEP)
                     self._prepared.add(conn)
                 cur = psycopg.ClientCursor(conn)
                 cur.execute(f"{Q['begin_with_id']}; {sql}", params)
@@ -414,7 +446,7 @@ class PostgresStore(SQLStore):
                 ]
             ),
         }
-        rows = self._write_two_trips(Q["execute_record_step"], params)
+        rows = self._write_two_trips(_EXECUTE_STEP, params)
         return list(range(rows[0][0] - n + 1, rows[0][0] + 1)) if rows else None
 
     def _read(self, sql: str, params: dict[str, Any]) -> list[Any]:

@@ -110,16 +110,31 @@ UPDATE tenure_runs r
 {_claim_returning};
 
 -- name: record_step
--- Heartbeat: renew the lease of the owner, reserve %(n)s event sequences, add usage.
-UPDATE tenure_runs
-   SET lease_expires = {now} + make_interval(secs => %(lease)s),
-       last_sequence = last_sequence + %(n)s,
-       input_tokens = input_tokens + %(input_tokens)s,
-       output_tokens = output_tokens + %(output_tokens)s,
-       cost = cost + %(cost)s, updated_at = {now}
- WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-   AND lease_token = %(token)s
-RETURNING last_sequence, attempt, lease_token;
+-- Heartbeat: renew the lease of the owner, reserve %(n)s event sequences, add usage, and insert
+-- the step's events (%(events)s: a JSON array of {i, kind, payload}, i counting from 0, the
+-- payload as JSON text), in one statement. The events carry the owner's lease (%(attempt)s,
+-- %(token)s); none is inserted when the guard fails. The store runs it as a statement
+-- prepared on each connection (`prepared_step` in postgres.py): a step sent as one query
+-- string with BEGIN is then not parsed and planned each time.
+WITH moved AS (
+    UPDATE tenure_runs
+       SET lease_expires = {now} + make_interval(secs => %(lease)s),
+           last_sequence = last_sequence + %(n)s,
+           input_tokens = input_tokens + %(input_tokens)s,
+           output_tokens = output_tokens + %(output_tokens)s,
+           cost = cost + %(cost)s, updated_at = {now}
+     WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+       AND lease_token = %(token)s
+    RETURNING last_sequence
+), added AS (
+    INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload,
+                               created_at)
+    SELECT %(id)s, moved.last_sequence - %(n)s + 1 + e.i, %(attempt)s, %(token)s, e.kind,
+           e.payload::json, {now}
+      FROM moved, json_to_recordset(%(events)s::json) AS e(i integer, kind text,
+                                                           payload text)
+)
+SELECT last_sequence FROM moved;
 
 -- name: renew_leases
 -- The lease keeper's round: every lease of %(batch)s (a JSON array of {id, owner, token,
@@ -482,53 +497,3 @@ SELECT id FROM tenure_runs
 -- A transaction and its id, assigned now; the statement that follows is appended to this
 -- text and sent with it (one round trip), so the id is known before COMMIT is sent.
 BEGIN; SELECT pg_current_xact_id()::text;
-
--- name: record_step_with_events
--- `record_step` and the insert of its events (%(events)s: a JSON array of {i, kind,
--- payload}, i counting from 0, the payload as JSON text) in one statement. The events carry
--- the owner's lease (%(attempt)s, %(token)s); none is inserted when the guard fails.
-WITH moved AS (
-    UPDATE tenure_runs
-       SET lease_expires = {now} + make_interval(secs => %(lease)s),
-           last_sequence = last_sequence + %(n)s,
-           input_tokens = input_tokens + %(input_tokens)s,
-           output_tokens = output_tokens + %(output_tokens)s,
-           cost = cost + %(cost)s, updated_at = {now}
-     WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-       AND lease_token = %(token)s
-    RETURNING last_sequence
-), added AS (
-    INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload,
-                               created_at)
-    SELECT %(id)s, moved.last_sequence - %(n)s + 1 + e.i, %(attempt)s, %(token)s, e.kind,
-           e.payload::json, {now}
-      FROM moved, json_to_recordset(%(events)s::json) AS e(i integer, kind text,
-                                                           payload text)
-)
-SELECT last_sequence FROM moved;
-
--- name: prepare_record_step
--- `record_step_with_events` as a prepared statement of the connection (parameters: id,
--- owner, token, attempt, lease, n, input_tokens, output_tokens, cost, events), so that a
--- step sent as one query string with BEGIN is not parsed and planned each time.
-PREPARE tenure_record_step (text, text, bigint, integer, double precision, integer, bigint,
-                            bigint, double precision, json) AS
-WITH moved AS (
-    UPDATE tenure_runs
-       SET lease_expires = {now} + make_interval(secs => $5),
-           last_sequence = last_sequence + $6,
-           input_tokens = input_tokens + $7, output_tokens = output_tokens + $8,
-           cost = cost + $9, updated_at = {now}
-     WHERE id = $1 AND status = 'running' AND claimed_by = $2 AND lease_token = $3
-    RETURNING last_sequence
-), added AS (
-    INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload,
-                               created_at)
-    SELECT $1, moved.last_sequence - $6 + 1 + e.i, $4, $3, e.kind, e.payload::json, {now}
-      FROM moved, json_to_recordset($10) AS e(i integer, kind text, payload text)
-)
-SELECT last_sequence FROM moved;
-
--- name: execute_record_step
-EXECUTE tenure_record_step (%(id)s, %(owner)s, %(token)s, %(attempt)s, %(lease)s, %(n)s,
-                            %(input_tokens)s, %(output_tokens)s, %(cost)s, %(events)s);
