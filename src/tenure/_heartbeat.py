@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -34,6 +35,9 @@ log = logging.getLogger("tenure.worker")
 
 # A heartbeat every this fraction of the worker's lease: the lease keeper's round.
 HEARTBEAT_OF_LEASE = ROUND_OF_LEASE
+# A keeper round woken early (a new segment to keep) beats only if this fraction of the
+# interval has passed since the last beat: at most one beat per round, never one per segment.
+MIN_BEAT_SPACING = 0.5
 # Dead once no heartbeat came for this many intervals. One failed beat (a database blip)
 # leaves a gap of two; a dead worker still shows dead before its leases expire, three rounds
 # after the renewal its last beat followed.
@@ -89,6 +93,7 @@ class Heartbeat:
         self._keeper: Keeper | None = None
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        self._last: float | None = None  # by time.monotonic
         self.beats = 0
 
     @property
@@ -106,14 +111,22 @@ class Heartbeat:
         self._thread.start()
 
     def _register(self) -> None:
+        self._last = time.monotonic()  # registered is seen: the first round need not beat
         self._store().register_worker(self.worker)
 
     def _loop(self) -> None:
         while not self._closed.wait(self.interval):
             self._best_effort("heartbeat failed", self.run_once)
 
+    def beat_if_due(self) -> None:
+        """The keeper's round: a beat, unless the last one was less than half an interval ago."""
+        last = self._last
+        if last is None or time.monotonic() - last >= self.interval * MIN_BEAT_SPACING:
+            self.run_once()
+
     def run_once(self) -> None:
         """One beat; a worker whose row is gone (purged while it was cut off) writes it again."""
+        self._last = time.monotonic()
         store = self._store()
         if not store.beat_worker(self.worker.id, self._slots_in_use(), self._stopping()):
             store.register_worker(self.worker)

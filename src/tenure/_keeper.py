@@ -53,7 +53,7 @@ class Beating(Protocol):
     @property
     def interval(self) -> float: ...
 
-    def run_once(self) -> None: ...
+    def beat_if_due(self) -> None: ...
 
 
 class Keeper:
@@ -139,7 +139,7 @@ class Keeper:
             beats = list(self._beats)
         for beat in beats:
             try:
-                beat.run_once()
+                beat.beat_if_due()
             except Exception as exc:  # out of reach: the next round beats again
                 log.warning("lease keeper: a worker's heartbeat failed (%s)", describe(exc))
 

@@ -142,6 +142,21 @@ def test_a_burst_worker_ends_stopped(make_runtime: MakeRuntime) -> None:
     assert done is not None and done.state == "stopped"
 
 
+def test_a_busy_worker_beats_once_per_round_not_once_per_run(make_runtime: MakeRuntime) -> None:
+    """Every segment kept wakes the keeper for an early round; the heartbeat must not ride
+    each of them (one statement per round at most)."""
+    rt = make_runtime(lease_seconds=30)  # a round every 10 s
+    rt.enqueue_many(
+        [RunRequest(prompt="p", model="scripted", script=[{"say": "ok"}]) for _ in range(40)]
+    )
+    worker = rt.worker(concurrency=2, burst=True, poll_interval=0.05)
+    started = time.monotonic()
+    worker.run()
+    assert worker.stats.outcomes.get("completed") == 40
+    rounds = (time.monotonic() - started) / 10
+    assert worker.heartbeat.beats <= int(rounds) + 1, worker.heartbeat.beats
+
+
 def test_a_sigkilled_worker_shows_dead_before_its_lease_expires(
     tmp_path: Path, db_url: str
 ) -> None:
