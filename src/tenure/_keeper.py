@@ -45,6 +45,17 @@ class Kept(Protocol):
         """The run is no longer this segment's: stop, write nothing more."""
 
 
+class Beating(Protocol):
+    """What the keeper needs of a worker's own heartbeat (`_heartbeat.py`): it beats in the
+    keeper's round, right after the renewals, so that its row is seen as often as its leases
+    are renewed, and a worker dead to one is dead to the other."""
+
+    @property
+    def interval(self) -> float: ...
+
+    def beat_if_due(self) -> None: ...
+
+
 class Keeper:
     def __init__(
         self, store: Callable[[], Store], *, clock: Callable[[], float] = time.monotonic
@@ -52,6 +63,7 @@ class Keeper:
         self._store = store  # a callable: the Runtime opens its store on first use
         self._clock = clock
         self._kept: dict[str, Kept] = {}
+        self._beats: list[Beating] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -64,12 +76,31 @@ class Keeper:
             if self._closed:
                 return
             self._kept[segment.lease.run_id] = segment
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name="tenure-lease-keeper", daemon=True
-                )
-                self._thread.start()
+            self._start()
         self._wake.set()  # a shorter lease may need an earlier round
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._loop, name="tenure-lease-keeper", daemon=True
+            )
+            self._thread.start()
+
+    def add_beat(self, beat: Beating) -> bool:
+        """Beat `beat` in every round from now on (with or without leases to renew), until
+        `remove_beat`; False once the keeper is closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._beats.append(beat)
+            self._start()
+        self._wake.set()
+        return True
+
+    def remove_beat(self, beat: Beating) -> None:
+        with self._lock:
+            if beat in self._beats:
+                self._beats.remove(beat)
 
     def release(self, segment: Kept) -> None:
         with self._lock:
@@ -86,8 +117,9 @@ class Keeper:
 
     def _interval(self) -> float:
         with self._lock:
-            leases = [s.lease_seconds for s in self._kept.values()]
-        return min(leases) * ROUND_OF_LEASE if leases else 1.0
+            rounds = [s.lease_seconds * ROUND_OF_LEASE for s in self._kept.values()]
+            rounds += [b.interval for b in self._beats]
+        return min(rounds) if rounds else 1.0
 
     def _loop(self) -> None:
         while True:
@@ -100,6 +132,16 @@ class Keeper:
                 self.run_once()
             except Exception as exc:  # the database is out of reach: the next round retries
                 log.warning("lease keeper: renewal failed (%s)", describe(exc))
+            self._beat_all()
+
+    def _beat_all(self) -> None:
+        with self._lock:
+            beats = list(self._beats)
+        for beat in beats:
+            try:
+                beat.beat_if_due()
+            except Exception as exc:  # out of reach: the next round beats again
+                log.warning("lease keeper: a worker's heartbeat failed (%s)", describe(exc))
 
     def run_once(self) -> None:
         """One round: every renewable lease in one statement; the misses are lost."""

@@ -39,6 +39,7 @@ from tenure import _policy
 from tenure._classify import describe
 from tenure._completer import MAX_END_DELAY, Completer, claim_room
 from tenure._errors import DatabaseGone, StoreError
+from tenure._heartbeat import Heartbeat, describe_worker
 from tenure._ladder import Ending, Engine, Segment
 from tenure._reaper import Reaper
 from tenure._recovery import dead_letter
@@ -128,6 +129,12 @@ class Worker:
         self._stopping = threading.Event()
         self._grace_over = threading.Event()
         self._reaper = Reaper(engine.store, engine.settings.max_requeues)
+        self.heartbeat = Heartbeat(
+            lambda: engine.store,
+            describe_worker(self.identity, self.queues, concurrency, engine.settings.lease_seconds),
+            slots_in_use=self._slots_in_use,
+            stopping=self._stopping.is_set,
+        )
         self._gone: DatabaseGone | None = None  # raised by `run` once it stopped
 
     # -- control -------------------------------------------------------------------------
@@ -147,12 +154,19 @@ class Worker:
         with self._lock:
             return self._inflight
 
+    def _slots_in_use(self) -> int:
+        with self._lock:
+            return len(self._active)
+
     # -- the loop ------------------------------------------------------------------------
 
     def run(self) -> WorkerStats:
         # The signal handlers first: a slot claims as soon as it starts, and a SIGTERM that
         # arrived before the handlers would kill the process instead of draining it.
         with self._signals():
+            # Registered before the first claim, so that its row is there before any lease
+            # names it.
+            self.heartbeat.start(self.engine.keeper)
             for _ in range(self.concurrency):
                 self._start_slot()
             reaper = threading.Thread(target=self._reap_loop, name="tenure-reaper", daemon=True)
@@ -163,11 +177,14 @@ class Worker:
                 self._claim_loop()
             finally:
                 unsubscribe()
+                if self._stopping.is_set():
+                    self.heartbeat.draining()
                 self._drain()
                 # A burst run ends without a stop: the reaper thread stops with it.
                 self._stopping.set()
                 for _ in range(self.concurrency):
                     self._jobs.put(None)
+                self.heartbeat.stop()
         if self._gone is not None:
             raise self._gone
         return self.stats

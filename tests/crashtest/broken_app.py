@@ -33,13 +33,19 @@ def refund(ctx: ToolContext, amount: int) -> dict[str, Any]:
 
 
 def decide(run_id: str, decided_by: str) -> None:
-    """The click handler: checks the run still waits, refunds, then tells tenure."""
+    """The click handler: checks the run still waits and loads what it waits for (as a page
+    handler loads its state), refunds, then tells tenure. Check, then act: every click that
+    read "waiting" refunds, however fast the first one's approval commits."""
     run = rt.status(run_id)
     if run is None or run.status is not RunStatus.WAITING_FOR_APPROVAL or not run.waiting:
         return
     turn = run.waiting["turn"]
+    # Read with the check, not after the wait: read after it, the calls are already gone
+    # once another click's approval committed (on SQLite, within a millisecond of waking),
+    # and the handler would refund once only by luck of scheduling.
+    calls = rt.pending_calls(run_id)
     time.sleep(ACT_AFTER_READ_SECONDS)
-    for call in rt.pending_calls(run_id):
+    for call in calls:
         _ledger.write("refund", f"{run_id}:{turn}", call["args"]["amount"])
     with contextlib.suppress(DecisionConflict):
         rt.approve(run_id, True, decided_by)

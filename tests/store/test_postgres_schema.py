@@ -10,7 +10,7 @@ import psycopg
 from tenure.store import _sql
 from tenure.store.sqlite import SQLiteStore
 
-TABLES = ("tenure_runs", "tenure_events")
+TABLES = ("tenure_runs", "tenure_events", "tenure_workers")
 
 
 def test_both_dialects_have_the_same_migration_versions() -> None:

@@ -131,8 +131,14 @@ def test_workers_seen_through_their_leases(any_client: TestClient, any_rt: tenur
     time.sleep(0.3)  # host-b's only lease expires: it has stopped renewing
     login(any_client)
     html = any_client.get("/leases").text
-    alive = re.search(r'<tr data-owner="worker:host-a:11:1" >(.*?)</tr>', html, re.S)
-    dead = re.search(r'<tr data-owner="worker:host-b:22:1" class="stalled">(.*?)</tr>', html, re.S)
+    alive = re.search(
+        r'<tr data-owner="worker:host-a:11:1" data-state="running" >(.*?)</tr>', html, re.S
+    )
+    dead = re.search(
+        r'<tr data-owner="worker:host-b:22:1" data-state="stale" class="stalled">(.*?)</tr>',
+        html,
+        re.S,
+    )
     assert alive and dead, html
     assert '<td>2</td><td class="">0</td>' in alive.group(1)
     assert "stopped renewing" in dead.group(1) and "stopped renewing" not in alive.group(1)

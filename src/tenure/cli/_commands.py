@@ -343,6 +343,12 @@ def crashtest(ctx: Context, args: argparse.Namespace) -> int:
     return crashtest_command(ctx, args)
 
 
+def workers(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure.cli._workers import workers_command
+
+    return workers_command(ctx, args)
+
+
 def serve(ctx: Context, args: argparse.Namespace) -> int:
     from tenure.cli._serve import serve as run_server
 
@@ -365,5 +371,6 @@ HANDLERS = {
     "audit": audit,
     "serve": serve,
     "crashtest": crashtest,
+    "workers": workers,
     **human_handlers,
 }

@@ -229,6 +229,11 @@ def build(handlers: dict[str, Handler]) -> Parser:
     p.add_argument("--limit", type=positive_int, default=100, metavar="N")
     p.add_argument("--json", action="store_true", help="a JSON array of run objects")
 
+    p = command("workers", "worker processes: state (dead when its heartbeat is overdue), slots")
+    p.add_argument("--all", action="store_true", help="the stopped ones too")
+    p.add_argument("--limit", type=positive_int, default=100, metavar="N")
+    p.add_argument("--json", action="store_true", help="a JSON array of worker objects")
+
     p = command("status", "one run")
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--json", action="store_true", help="the run as a JSON object")

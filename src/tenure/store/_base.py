@@ -96,6 +96,36 @@ class StaleRun:
     fence_probe: bool = False  # the fence's tool has a probe: requeue in doubt
 
 
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What a worker process says of itself when it starts (its row in `tenure_workers`)."""
+
+    id: str  # the owner id it claims under
+    host: str
+    pid: int
+    queues: Sequence[str] | None  # None: every queue
+    slots: int
+    heartbeat_seconds: float
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """A worker's row as stored: `state` is what the worker last said (`running`,
+    `stopping`, `stopped`); whether it is dead is the reader's call (`_heartbeat.py`)."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str] | None
+    slots: int
+    slots_in_use: int
+    heartbeat_seconds: float
+    state: str
+    started_at: datetime
+    last_seen: datetime
+    stopped_at: datetime | None
+
+
 class Store(Protocol):
     url: str
 
@@ -244,7 +274,9 @@ class Store(Protocol):
 
     def redrive(self, run_id: str, force: bool) -> bool: ...
 
-    def purge(self, older_than_seconds: float) -> int: ...
+    def purge(self, older_than_seconds: float) -> int:
+        """Delete ended runs (and their events) finished before the cutoff, and the rows of
+        workers stopped or dead before it; how many runs."""
 
     def get_run(self, run_id: str, with_request: bool = False) -> Run | None: ...
 
@@ -273,6 +305,18 @@ class Store(Protocol):
 
     def run_counts(self) -> dict[tuple[RunStatus, TerminationReason | None], int]:
         """How many runs there are of each status and termination reason."""
+
+    def register_worker(self, worker: WorkerInfo) -> None:
+        """A worker process starts: its row, running and seen now."""
+
+    def beat_worker(self, worker_id: str, slots_in_use: int, stopping: bool = False) -> bool:
+        """A worker's own heartbeat; False when it has no row to beat (purged, or stopped)."""
+
+    def stop_worker(self, worker_id: str) -> bool:
+        """A clean shutdown: the worker's row is marked stopped."""
+
+    def workers(self, limit: int = 100) -> list[WorkerRow]:
+        """Worker rows, the most recently seen first."""
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call `wake` when runs may have become claimable (enqueue, requeue, redrive).

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tenure._heartbeat import DEAD_AFTER_BEATS
 from tenure._json import dumps
 from tenure._types import (
     EventKind,
@@ -143,6 +144,8 @@ class Maintenance(SQLBase):
         def tx(cur: Cursor) -> int:
             cutoff = cur.execute(self._q["purge_cutoff"], {"age": older_than_seconds}).fetchone()[0]
             cur.execute(self._q["purge_events"], {"cutoff": cutoff})
+            params = {"cutoff": cutoff, "dead_beats": DEAD_AFTER_BEATS}
+            cur.execute(self._q["purge_workers"], params)
             return int(cur.execute(self._q["purge_runs"], {"cutoff": cutoff}).rowcount)
 
         return self._write(tx)

@@ -262,7 +262,8 @@ def queues(request: Request, caller: Reader) -> list[dict[str, Any]]:
 
 @router.get(
     "/workers",
-    summary="Lease owners: runs held, expired leases, last renewal (from their leases)",
+    summary="Workers: state (running, stopping, stopped, dead), host, pid, queues, slots, "
+    "last seen (their own heartbeat); lease owners without a row, by their leases",
 )
 def workers(request: Request, caller: Reader) -> list[dict[str, Any]]:
     web = web_of(request)

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tenure._heartbeat import WorkerState, worker_state
 from tenure._types import EventKind, RunStatus, TerminationReason, ToolEffect, Usage
 from tenure.store._base import (
     NO_USAGE,
@@ -77,6 +78,36 @@ class RunsCollector(Collector):
         yield up
         yield by_status
         yield by_reason
+
+
+# The workers gauge reads at most this many worker rows per scrape.
+WORKERS_SCAN_LIMIT = 1_000
+
+
+class WorkersCollector(Collector):
+    """`tenure_workers{state}`: worker processes by state (`running`, `stopping`, `dead`,
+    `stopped`), from their own heartbeat rows, read per scrape. A dead worker counts here
+    before its leases expire."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            now = self.store.now()
+            rows = self.store.workers(WORKERS_SCAN_LIMIT)
+        except Exception as exc:  # tenure_database_up already says the store did not answer
+            log.warning("metrics: cannot read workers: %s", exc)
+            return
+        states = dict.fromkeys(WorkerState, 0)
+        for row in rows:
+            states[worker_state(row, now)] += 1
+        gauge = GaugeMetricFamily(
+            "tenure_workers", "Worker processes by state, from their heartbeats", labels=["state"]
+        )
+        for state, n in states.items():
+            gauge.add_metric([str(state)], n)
+        yield gauge
 
 
 # Per-queue gauges read at most this many runs of each non-terminal status per scrape (the
@@ -192,6 +223,7 @@ class Metrics:
             self._runs = RunsCollector(store)
             self.registry.register(self._runs)
             self.registry.register(QueuesCollector(store))
+            self.registry.register(WorkersCollector(store))
 
 
 class ObservedStore:

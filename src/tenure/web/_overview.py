@@ -15,7 +15,9 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from tenure._heartbeat import WorkerState, worker_state
 from tenure._types import Run, RunStatus
+from tenure.store._base import WorkerRow
 
 SHORT_ID = 8
 FINISHED_MINUTES = 30
@@ -108,20 +110,24 @@ def queue_depths(runs: Iterable[Run], now: datetime) -> list[QueueDepth]:
     return [by_queue[name] for name in sorted(by_queue)]
 
 
-# -- workers, as their leases show them ----------------------------------------------------------
+# -- workers: their own heartbeat rows, and what their leases say of them ---------------------
 
 
 @dataclass
 class WorkerSeen:
-    """A lease owner and what its leases say of it. A worker renews every lease it holds at
-    each step boundary, so the latest renewal is the last time it was seen alive; a worker
-    with only expired leases has stopped renewing (dead, frozen or cut off)."""
+    """A worker, from its own row (`tenure_workers`: host, pid, queues, slots, heartbeat) when
+    it keeps one, and from its leases: a worker renews every lease it holds, so the latest
+    renewal is the last time it was seen working. A lease owner without a row (an
+    interactive run, a decider, a worker of an older tenure) is known by its leases only:
+    all of them expired means it stopped renewing (dead, frozen or cut off)."""
 
     owner: str
     runs: int
     expired: int
     last_renewal: datetime | None
     queues: list[str] = field(default_factory=list)
+    row: WorkerRow | None = None
+    state: str = ""
 
     @property
     def kind(self) -> str:
@@ -129,46 +135,87 @@ class WorkerSeen:
 
     @property
     def host(self) -> str:
+        if self.row is not None:
+            return self.row.host
         parts = self.owner.split(":")
         return parts[1] if len(parts) > 2 else ""
+
+    @property
+    def pid(self) -> int | None:
+        if self.row is not None:
+            return self.row.pid
+        parts = self.owner.split(":")
+        return int(parts[2]) if len(parts) > 3 and parts[2].isdigit() else None
 
     @property
     def stalled(self) -> bool:
         return self.runs > 0 and self.expired == self.runs
 
+    @property
+    def last_seen(self) -> datetime | None:
+        return self.row.last_seen if self.row is not None else self.last_renewal
+
     def to_json(self) -> dict[str, Any]:
+        row = self.row
         return {
             "owner": self.owner,
             "kind": self.kind,
+            "host": self.host,
+            "pid": self.pid,
+            "state": self.state,
             "runs_held": self.runs,
             "expired_leases": self.expired,
             "last_renewal": self.last_renewal.isoformat() if self.last_renewal else None,
+            "last_seen": self.last_seen.isoformat() if self.last_seen else None,
             "queues": self.queues,
+            "all_queues": row is not None and row.queues is None,
+            "slots": row.slots if row else None,
+            "slots_in_use": row.slots_in_use if row else None,
+            "heartbeat_seconds": row.heartbeat_seconds if row else None,
+            "started_at": row.started_at.isoformat() if row else None,
+            "stopped_at": row.stopped_at.isoformat() if row and row.stopped_at else None,
             "stalled": self.stalled,
         }
 
 
-def workers_seen(running: Iterable[Run], now: datetime) -> list[WorkerSeen]:
-    """Every owner of a running run's lease. A run's `updated_at` moves with every guarded
-    write its owner makes (the claim, each heartbeat, a fence), so the latest one among an
-    owner's runs is its last renewal, whatever lease length that worker was started with."""
+def _lease_state(runs: int, expired: int) -> str:
+    """The state of a lease owner without a row: its leases are all there is to go by."""
+    return "stale" if runs > 0 and expired == runs else str(WorkerState.RUNNING)
+
+
+def workers_seen(
+    running: Iterable[Run], now: datetime, rows: Iterable[WorkerRow] = ()
+) -> list[WorkerSeen]:
+    """Every worker with a row, and every other owner of a running run's lease: the live
+    ones first, then the dead, then the stopped. A run's `updated_at` moves with every
+    guarded write its owner makes (the claim, each renewal, a fence), so the latest one
+    among an owner's runs is its last renewal, whatever lease length it was started with."""
     by_owner: dict[str, list[Run]] = {}
     for run in running:
         if run.claimed_by:
             by_owner.setdefault(run.claimed_by, []).append(run)
+    by_row = {row.id: row for row in rows}
     seen = []
-    for owner, runs in sorted(by_owner.items()):
+    for owner in sorted(set(by_owner) | set(by_row)):
+        runs, row = by_owner.get(owner, []), by_row.get(owner)
         expiries = [r.lease_expires for r in runs if r.lease_expires is not None]
+        expired = sum(1 for e in expiries if e < now)
+        # A worker's row says what it serves (None: every queue); an owner without one is
+        # known by the queues of the runs it holds.
+        queues = (row.queues or []) if row else {r.queue for r in runs}
         seen.append(
             WorkerSeen(
                 owner=owner,
                 runs=len(runs),
-                expired=sum(1 for e in expiries if e < now),
-                last_renewal=max(r.updated_at for r in runs),
-                queues=sorted({r.queue for r in runs}),
+                expired=expired,
+                last_renewal=max((r.updated_at for r in runs), default=None),
+                queues=sorted(queues),
+                row=row,
+                state=str(worker_state(row, now)) if row else _lease_state(len(runs), expired),
             )
         )
-    return seen
+    order = {"running": 0, "stopping": 0, "stale": 1, "dead": 1, "stopped": 2}
+    return sorted(seen, key=lambda w: order.get(w.state, 0))
 
 
 # -- charts --------------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ audit = logging.getLogger("tenure.web.audit")
 # A bulk redrive handles at most this many runs per request.
 MAX_BULK_REDRIVE = 500
 LEASES_SHOWN = 1000
+# The workers view: the rows of this many workers, the most recently seen first.
+WORKERS_SHOWN = 200
 # The queue panel, the workers view and id search read at most this many runs per status
 # (the store has no per-queue count yet): beyond it, a depth is shown as "at least".
 SCAN_LIMIT = 10_000
@@ -123,7 +125,7 @@ class Web:
 
     def workers(self, now: datetime) -> list[_overview.WorkerSeen]:
         running = self.runtime.runs(RunStatus.RUNNING, limit=SCAN_LIMIT)
-        return _overview.workers_seen(running, now)
+        return _overview.workers_seen(running, now, self.store.workers(WORKERS_SHOWN))
 
     def finished(self, now: datetime) -> list[_overview.Bar]:
         ended = [r for s in _overview.OUTCOMES for r in self.runtime.runs(s, limit=FINISHED_SCAN)]

@@ -497,3 +497,46 @@ SELECT id FROM tenure_runs
 -- A transaction and its id, assigned now; the statement that follows is appended to this
 -- text and sent with it (one round trip), so the id is known before COMMIT is sent.
 BEGIN; SELECT pg_current_xact_id()::text;
+
+-- name: register_worker
+-- A worker starts (or comes back after its row was purged while it was cut off): running,
+-- seen now (one reading of the clock: started and seen at the same instant).
+INSERT INTO tenure_workers (id, host, pid, queues, slots, slots_in_use, heartbeat_seconds,
+                            state, started_at, last_seen)
+SELECT %(id)s, %(host)s, %(pid)s, %(queues)s, %(slots)s, 0, %(heartbeat_seconds)s,
+       'running', t, t
+  FROM (SELECT {now} AS t) AS clock
+ON CONFLICT (id) DO NOTHING;
+
+-- name: beat_worker
+-- A worker's own heartbeat: seen now, with the slots it uses and whether it drains. A stopped
+-- row stays stopped (a late beat from a stopping thread must not revive it).
+UPDATE tenure_workers
+   SET last_seen = {now}, slots_in_use = %(slots_in_use)s,
+       state = CASE WHEN %(stopping)s::boolean THEN 'stopping' ELSE state END
+ WHERE id = %(id)s AND state <> 'stopped'
+RETURNING id;
+
+-- name: stop_worker
+-- A clean shutdown: the worker's row says it stopped, and when.
+UPDATE tenure_workers
+   SET state = 'stopped', stopped_at = clock.t, last_seen = clock.t, slots_in_use = 0
+  FROM (SELECT {now} AS t) AS clock
+ WHERE id = %(id)s AND state <> 'stopped'
+RETURNING id;
+
+-- name: workers
+-- Worker rows, the most recently seen first.
+SELECT id, host, pid, queues, slots, slots_in_use, heartbeat_seconds, state, started_at,
+       last_seen, stopped_at
+  FROM tenure_workers
+ ORDER BY last_seen DESC, id
+ LIMIT %(limit)s;
+
+-- name: purge_workers
+-- Retention: rows of workers that stopped, or died (no heartbeat for `dead_beats` of their
+-- intervals), last seen before the cutoff. A live worker's row stays whatever the cutoff.
+DELETE FROM tenure_workers
+ WHERE last_seen < %(cutoff)s
+   AND (state = 'stopped'
+        OR last_seen < {now} - make_interval(secs => %(dead_beats)s * heartbeat_seconds));

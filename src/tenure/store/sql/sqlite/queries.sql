@@ -392,3 +392,46 @@ RETURNING last_sequence, attempt, lease_token;
 -- name: fence_call_of
 -- The call an in-doubt fence stands for.
 SELECT pending_effect, fence_call, fence_probe FROM tenure_runs WHERE id = :id;
+
+-- name: register_worker
+-- A worker starts (or comes back after its row was purged while it was cut off): running,
+-- seen now (one reading of the clock: started and seen at the same instant).
+INSERT INTO tenure_workers (id, host, pid, queues, slots, slots_in_use, heartbeat_seconds,
+                            state, started_at, last_seen)
+SELECT :id, :host, :pid, :queues, :slots, 0, :heartbeat_seconds, 'running', t, t
+  FROM (SELECT {now} AS t)
+ -- SQLite's parser needs a WHERE between an INSERT's SELECT and its ON CONFLICT.
+ WHERE true
+ON CONFLICT (id) DO NOTHING;
+
+-- name: beat_worker
+-- A worker's own heartbeat: seen now, with the slots it uses and whether it drains. A stopped
+-- row stays stopped (a late beat from a stopping thread must not revive it).
+UPDATE tenure_workers
+   SET last_seen = {now}, slots_in_use = :slots_in_use,
+       state = CASE WHEN :stopping THEN 'stopping' ELSE state END
+ WHERE id = :id AND state <> 'stopped'
+RETURNING id;
+
+-- name: stop_worker
+-- A clean shutdown: the worker's row says it stopped, and when.
+UPDATE tenure_workers
+   SET state = 'stopped', stopped_at = clock.t, last_seen = clock.t, slots_in_use = 0
+  FROM (SELECT {now} AS t) AS clock
+ WHERE id = :id AND state <> 'stopped'
+RETURNING id;
+
+-- name: workers
+-- Worker rows, the most recently seen first.
+SELECT id, host, pid, queues, slots, slots_in_use, heartbeat_seconds, state, started_at,
+       last_seen, stopped_at
+  FROM tenure_workers
+ ORDER BY last_seen DESC, id
+ LIMIT :limit;
+
+-- name: purge_workers
+-- Retention: rows of workers that stopped, or died (no heartbeat for `dead_beats` of their
+-- intervals), last seen before the cutoff. A live worker's row stays whatever the cutoff.
+DELETE FROM tenure_workers
+ WHERE last_seen < :cutoff
+   AND (state = 'stopped' OR last_seen < {now} - :dead_beats * heartbeat_seconds);

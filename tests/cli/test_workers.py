@@ -1,0 +1,66 @@
+"""`tenure workers` on each store, through the real executable: every worker process from its
+own heartbeat row; a SIGKILLed one reads dead; a stopped one only with --all; --json."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+from .conftest import Cli, one_line_error, wait_for
+
+
+def listed(cli: Cli, *options: str) -> list[dict[str, Any]]:
+    result = cli("workers", "--json", *options)
+    assert result.code == 0, result.err
+    found: list[dict[str, Any]] = result.json()
+    return found
+
+
+def test_no_workers_yet(tmp_path: Path, db_url: str) -> None:
+    cli = Cli(tmp_path, db_url)
+    result = cli("workers")
+    assert result.code == 0 and result.out.strip() == "no workers (--all shows the stopped ones)"
+    assert listed(cli) == []
+
+
+def test_a_worker_that_stopped_is_listed_only_with_all(tmp_path: Path, db_url: str) -> None:
+    cli = Cli(tmp_path, db_url)
+    done = cli("worker", "--burst", "--concurrency", "3", "--queue", "emails")
+    assert done.code == 0, done.err
+    assert listed(cli) == []
+    (stopped,) = listed(cli, "--all")
+    assert (stopped["state"], stopped["queues"], stopped["slots"]) == ("stopped", ["emails"], 3)
+    assert stopped["stopped_at"] and stopped["runs_held"] == 0
+    table = cli("workers", "--all")
+    assert table.code == 0
+    header, line = table.out.strip().splitlines()
+    assert header.split()[:5] == ["id", "host", "pid", "state", "queues"]
+    assert stopped["id"] in line and " stopped " in line and " emails " in line
+
+
+def test_a_killed_worker_reads_dead(tmp_path: Path, db_url: str) -> None:
+    cli = Cli(tmp_path, db_url)
+    proc = cli.popen("worker", "--concurrency", "2", "--lease-seconds", "1.5")
+    try:
+        wait_for(lambda: len(listed(cli)) == 1)
+        (alive,) = listed(cli)
+        assert alive["pid"] == proc.pid and alive["state"] == "running"
+        assert (alive["queues"], alive["slots"], alive["slots_in_use"]) == (None, 2, 0)
+        assert alive["heartbeat_seconds"] == 0.5
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        wait_for(lambda: listed(cli)[0]["state"] == "dead", timeout=10)
+        line = cli("workers").out.strip().splitlines()[1]
+        assert f" {proc.pid} " in line and " dead " in line and " all " in line
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def test_a_bad_limit_is_a_usage_error(tmp_path: Path, db_url: str) -> None:
+    cli = Cli(tmp_path, db_url)
+    result = cli("workers", "--limit", "0")
+    assert result.code == 2
+    assert "--limit" in one_line_error(result)
