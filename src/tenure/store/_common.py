@@ -8,9 +8,10 @@ from tenure.store._maintenance import Maintenance
 from tenure.store._owner import OwnerTransitions
 from tenure.store._reads import Reads
 from tenure.store._sqlbase import Cursor
+from tenure.store._streaming import Streaming
 
 __all__ = ["Cursor", "SQLStore"]
 
 
-class SQLStore(OwnerTransitions, Maintenance, Reads):
+class SQLStore(OwnerTransitions, Maintenance, Reads, Streaming):
     """Every transition and read of the Store protocol, for one SQL dialect."""

@@ -529,3 +529,32 @@ SELECT last_sequence FROM moved;
 -- name: execute_record_step
 EXECUTE tenure_record_step (%(id)s, %(owner)s, %(token)s, %(attempt)s, %(lease)s, %(n)s,
                             %(input_tokens)s, %(output_tokens)s, %(cost)s, %(events)s);
+
+-- name: publish_delta
+-- SPEC §18: pieces of the answer text of model calls in flight, one NOTIFY each on the
+-- run's own channel, each under its segment's lease (a segment that lost its run publishes
+-- nothing). Payload: the call's sequence (the one its `llm` event will take), the piece's
+-- number within the call and its text, tab-separated; pieces are cut small enough for the
+-- 8,000-byte payload limit. Notifications are delivered at commit and keep their order.
+SELECT pg_notify(d.channel, (r.last_sequence + 1)::text || E'\t' || d.chunk::text || E'\t'
+                            || d.text)
+  FROM (SELECT * FROM unnest(%(ids)s::text[], %(owners)s::text[], %(tokens)s::bigint[],
+                             %(channels)s::text[], %(chunks)s::integer[], %(texts)s::text[])
+                      WITH ORDINALITY AS p(id, owner, token, channel, chunk, text, n)
+         ORDER BY n) AS d
+  JOIN tenure_runs r
+    ON r.id = d.id AND r.status = 'running' AND r.claimed_by = d.owner
+   AND r.lease_token = d.token;
+
+-- name: listen_deltas
+-- A reader of one run's deltas (`{channel}` is filled in as a quoted identifier).
+LISTEN {channel};
+
+-- name: deltas_after
+-- PostgreSQL keeps no deltas (they travel by NOTIFY): nothing to read. Here so that both
+-- dialects name the same queries.
+SELECT NULL::bigint, NULL::integer, NULL::integer, NULL::text WHERE false;
+
+-- name: run_progress
+-- What a reader following a run polls: its status and the sequence of its last event.
+SELECT status, last_sequence FROM tenure_runs WHERE id = %(id)s;

@@ -388,3 +388,21 @@ RETURNING last_sequence, attempt, lease_token;
 -- name: fence_call_of
 -- The call an in-doubt fence stands for.
 SELECT pending_effect, fence_call, fence_probe FROM tenure_runs WHERE id = :id;
+
+-- name: publish_delta
+-- SPEC §18: a piece of the answer text of the model call in flight, under the segment's
+-- lease (a segment that lost its run publishes nothing). The call's sequence is the one its
+-- `llm` event will take; the rows go when that event is recorded (0008's triggers).
+INSERT INTO tenure_deltas (run_id, sequence, chunk, text)
+SELECT id, last_sequence + 1, :chunk, :text FROM tenure_runs
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token;
+
+-- name: deltas_after
+-- The deltas of a run published after delta `after` (a row id), in the order published.
+SELECT id, sequence, chunk, text FROM tenure_deltas
+ WHERE run_id = :id AND id > :after
+ ORDER BY id;
+
+-- name: run_progress
+-- What a reader following a run polls: its status and the sequence of its last event.
+SELECT status, last_sequence FROM tenure_runs WHERE id = :id;
