@@ -30,24 +30,44 @@ def follow(
 ) -> Iterator[Event | Delta]:
     """The run's events after sequence `after` and its deltas, until the run ends or waits
     for a person; nothing for an unknown run."""
-    feed = store.follow_deltas(run_id)
-    reader = _Reader(after)
+    follower = Follower(store, run_id, after)
     wait = 0.0
     try:
         while True:
-            deltas = feed.take(wait)
+            items, status = follower.poll(wait)
             wait = poll
-            progress = store.run_progress(run_id)
-            if progress is None:
-                return  # unknown, or purged meanwhile
-            # Status first, events second: whatever ended the run is among the events read.
-            status, last = progress
-            events = store.events(run_id, reader.after) if last > reader.after else []
-            yield from reader.merge(deltas, events)
-            if status.is_terminal or status in _WAITING:
+            yield from items
+            if status is None or status.is_terminal or status in _WAITING:
                 return
     finally:
-        feed.close()
+        follower.close()
+
+
+class Follower:
+    """One run followed, a round at a time (for a caller with a loop of its own, such as
+    an HTTP event stream)."""
+
+    def __init__(self, store: Store, run_id: str, after: int = -1) -> None:
+        self._store = store
+        self.run_id = run_id
+        self._feed = store.follow_deltas(run_id)
+        self._reader = _Reader(after)
+
+    def poll(self, wait: float) -> tuple[list[Event | Delta], RunStatus | None]:
+        """What arrived, waiting up to `wait` seconds for a delta, and the run's status as
+        read before its events (None: the run is unknown, or was purged)."""
+        deltas = self._feed.take(wait)
+        progress = self._store.run_progress(self.run_id)
+        if progress is None:
+            return [], None
+        # Status first, events second: whatever ended the run is among the events read.
+        status, last = progress
+        after = self._reader.after
+        events = self._store.events(self.run_id, after) if last > after else []
+        return list(self._reader.merge(deltas, events)), status
+
+    def close(self) -> None:
+        self._feed.close()
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import threading
 from typing import Any
 
 import psycopg
@@ -41,6 +42,9 @@ class NotifyFeed:
         self._conninfo = conninfo
         self._listen = sql.SQL(Q["listen_deltas"]).format(channel=sql.Identifier(channel(run_id)))
         self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+        self._busy = False
+        self._closed = False
         self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -50,6 +54,10 @@ class NotifyFeed:
         return conn
 
     def take(self, timeout: float) -> list[StoredDelta]:
+        with self._lock:
+            if self._closed:
+                return []
+            self._busy = True
         found: list[StoredDelta] = []
         try:
             conn = self._conn or self._connect()
@@ -60,11 +68,26 @@ class NotifyFeed:
                     found.extend(_parsed(note.payload))
         except psycopg.Error as exc:
             log.warning("delta listener connection lost (%s); listening again", exc)
-            self.close()
+            self._drop()
+        finally:
+            with self._lock:
+                self._busy = False
+                closing = self._closed
+            if closing:
+                self._drop()
         # The pieces of one publication may come out of its join in any order.
         return sorted(found, key=lambda d: (d.sequence, d.chunk))
 
     def close(self) -> None:
+        """Closes the connection now, or, while a `take` is waiting on it in another thread
+        (an HTTP stream whose client left), as soon as that `take` returns."""
+        with self._lock:
+            self._closed = True
+            busy = self._busy
+        if not busy:
+            self._drop()
+
+    def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(psycopg.Error):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -14,8 +13,9 @@ from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tenure import RunRequest, RunStatus, TerminationReason
+from tenure import Delta, Event, RunRequest, RunStatus, TerminationReason
 from tenure._errors import InvalidRequest
+from tenure._follow import Follower
 from tenure._policy import MAX_DELAY_SECONDS
 from tenure.web import _views
 from tenure.web._security import Caller
@@ -214,25 +214,39 @@ def stream_events(
 async def _follow(
     request: Request, web: Web, run_id: str, after: int, reveal: bool
 ) -> AsyncIterator[str]:
-    quiet = 0.0
-    while not await request.is_disconnected():
-        # Status first, events second: whatever ended the run is among the events read after.
-        run = await to_thread.run_sync(web.runtime.status, run_id)
-        events = await to_thread.run_sync(web.runtime.events, run_id, after)
-        for event in events:
-            data = json.dumps(_views.event_json(event, reveal=reveal), default=str)
-            yield f"id: {event.sequence}\nevent: event\ndata: {data}\n\n"
-            after = event.sequence
-            quiet = 0.0
-        if run is None or run.status.is_terminal:
-            status = str(run.status) if run else "purged"
-            yield f"event: end\ndata: {json.dumps({'status': status})}\n\n"
-            return
-        await asyncio.sleep(SSE_POLL_SECONDS)
-        quiet += SSE_POLL_SECONDS
-        if quiet >= SSE_KEEPALIVE_SECONDS:
-            quiet = 0.0
-            yield ": keep-alive\n\n"
+    """Events as `event` messages (with their sequence as id, for a resume), the text of a
+    streaming model call in flight as `delta` messages between them (SPEC §18), `end`."""
+    follower = Follower(web.runtime.store, run_id, after)
+    try:
+        quiet, wait = 0.0, 0.0
+        while not await request.is_disconnected():
+            items, status = await to_thread.run_sync(follower.poll, wait)
+            wait = SSE_POLL_SECONDS
+            for item in items:
+                yield _message(item, run_id, reveal)
+            quiet = 0.0 if items else quiet + SSE_POLL_SECONDS
+            if status is None or status.is_terminal:
+                ended = str(status) if status else "purged"
+                yield f"event: end\ndata: {json.dumps({'status': ended})}\n\n"
+                return
+            if quiet >= SSE_KEEPALIVE_SECONDS:
+                quiet = 0.0
+                yield ": keep-alive\n\n"
+    finally:
+        # Not awaited: the client may have left, and this generator is being cancelled.
+        follower.close()
+
+
+def _message(item: Event | Delta, run_id: str, reveal: bool) -> str:
+    if isinstance(item, Delta):
+        # Model text is content: hidden unless revealed, like the `llm` event's; its length
+        # still shows that the call is making progress.
+        data = item.to_json(run_id) | {"chars": len(item.text)}
+        if not reveal:
+            data["text"] = _views.HIDDEN
+        return f"event: delta\ndata: {json.dumps(data)}\n\n"
+    shown = json.dumps(_views.event_json(item, reveal=reveal), default=str)
+    return f"id: {item.sequence}\nevent: event\ndata: {shown}\n\n"
 
 
 @router.get(
