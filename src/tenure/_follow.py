@@ -12,6 +12,7 @@ to the call's text.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,8 @@ from tenure.store._deltas import StoredDelta
 
 # The longest a reader waits for a new event while no delta arrives.
 EVENT_POLL_SECONDS = 0.05
+# While deltas stream, the run itself is read at most this often.
+MIN_CHECK = 0.05
 _WAITING = (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT)
 
 
@@ -52,19 +55,34 @@ class Follower:
         self.run_id = run_id
         self._feed = store.follow_deltas(run_id)
         self._reader = _Reader(after)
+        self._status: RunStatus | None = None  # as last read
+        self._checked = 0.0  # when (time.monotonic)
 
     def poll(self, wait: float) -> tuple[list[Event | Delta], RunStatus | None]:
         """What arrived, waiting up to `wait` seconds for a delta, and the run's status as
         read before its events (None: the run is unknown, or was purged)."""
         deltas = self._feed.take(wait)
+        now = time.monotonic()
+        if self._streaming(deltas) and now - self._checked < max(wait, MIN_CHECK):
+            # The call after the last event read is streaming: its deltas now; the run is
+            # read again once `wait` has passed.
+            return list(self._reader.merge(deltas, [])), self._status
+        self._checked = now
         progress = self._store.run_progress(self.run_id)
         if progress is None:
             return [], None
         # Status first, events second: whatever ended the run is among the events read.
         status, last = progress
+        self._status = status
         after = self._reader.after
         events = self._store.events(self.run_id, after) if last > after else []
         return list(self._reader.merge(deltas, events)), status
+
+    def _streaming(self, deltas: list[StoredDelta]) -> bool:
+        """Only deltas of the call that follows the last event yielded: no event can be
+        missing before them (a delta of a later call means events to read first)."""
+        nxt = self._reader.after + 1
+        return self._status is not None and bool(deltas) and all(d.sequence == nxt for d in deltas)
 
     def close(self) -> None:
         self._feed.close()

@@ -536,9 +536,13 @@ EXECUTE tenure_record_step (%(id)s, %(owner)s, %(token)s, %(attempt)s, %(lease)s
 -- nothing). Payload: the call's sequence (the one its `llm` event will take), the piece's
 -- number within the call and its text, tab-separated; pieces are cut small enough for the
 -- 8,000-byte payload limit. Notifications are delivered at commit and keep their order.
+-- A delta is worth nothing after a crash, so its commit does not wait for the WAL to reach
+-- the disk (synchronous_commit off for this transaction alone): the wait would be the
+-- largest part of a delta's latency on a durable server.
 SELECT pg_notify(d.channel, (r.last_sequence + 1)::text || E'\t' || d.chunk::text || E'\t'
                             || d.text)
-  FROM (SELECT * FROM unnest(%(ids)s::text[], %(owners)s::text[], %(tokens)s::bigint[],
+  FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_wait,
+       (SELECT * FROM unnest(%(ids)s::text[], %(owners)s::text[], %(tokens)s::bigint[],
                              %(channels)s::text[], %(chunks)s::integer[], %(texts)s::text[])
                       WITH ORDINALITY AS p(id, owner, token, channel, chunk, text, n)
          ORDER BY n) AS d
