@@ -3,7 +3,7 @@ and prints what it yields, one JSON line each; a worker whose model streams from
 service.
 
     python -m tests.stream._proc read DB_URL RUN_ID
-    python -m tests.stream._proc work DB_URL BASE_URL [--lease S]
+    python -m tests.stream._proc work DB_URL BASE_URL [--lease S] [--concurrency N] [--burst]
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ def read(db_url: str, run_id: str) -> None:
             print(json.dumps(line), flush=True)
 
 
-def work(db_url: str, base_url: str, lease: float) -> None:
+def work(db_url: str, base_url: str, lease: float, concurrency: int, burst: bool) -> None:
     rt = make_runtime(db_url, base_url, lease)
     print("working", flush=True)
-    rt.work(concurrency=1)
+    rt.work(concurrency=concurrency, burst=burst)
+    rt.close()
 
 
 def main(argv: list[str]) -> None:
@@ -49,11 +50,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("db_url")
     parser.add_argument("target")
     parser.add_argument("--lease", type=float, default=30.0)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--burst", action="store_true")
     args = parser.parse_args(argv)
     if args.mode == "read":
         read(args.db_url, args.target)
     else:
-        work(args.db_url, args.target, args.lease)
+        work(args.db_url, args.target, args.lease, args.concurrency, args.burst)
 
 
 if __name__ == "__main__":
