@@ -23,8 +23,9 @@ from tenure.store._deltas import StoredDelta
 
 # The longest a reader waits for a new event while no delta arrives.
 EVENT_POLL_SECONDS = 0.05
-# While deltas stream, the run itself is read at most this often.
-MIN_CHECK = 0.05
+# While deltas stream, the run itself is read at most this often (its events wait: a
+# reader of fifty streaming runs would otherwise spend its time on these reads).
+MIN_CHECK = 0.25
 _WAITING = (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT)
 
 

@@ -3,6 +3,7 @@ delta as a reader gets it, and the feed through which a reader gets them."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -11,8 +12,9 @@ from typing import Protocol
 
 from tenure.store._base import Lease
 
-# How often a polling feed (SQLite) looks for new deltas while a reader waits.
+# How often the table of deltas (SQLite) is read while anyone follows a run.
 POLL_SECONDS = 0.01
+log = logging.getLogger("tenure.store")
 
 
 @dataclass(frozen=True)
@@ -42,24 +44,103 @@ class DeltaFeed(Protocol):
     def close(self) -> None: ...
 
 
-class PollingFeed:
-    """A feed that reads a table: `read(after)` returns (row id, delta) after a row id."""
+class TablePoller:
+    """The deltas of every run followed in this process, from one thread that reads the
+    table every POLL_SECONDS (one query, however many readers: fifty readers polling each on
+    their own would spend a busy machine's time on polling). It runs while anyone follows.
 
-    def __init__(self, read: Callable[[int], list[tuple[int, StoredDelta]]]) -> None:
-        self._read = read
+    `read_all(after)` returns (row id, run id, delta) of every row after a row id;
+    `read_run(run_id)` the (row id, delta) rows of one run, for a reader that joins while
+    its run's call is in flight. The lock covers a poll from its read to its delivery and a
+    reader's joining, so a joining reader misses no row and gets none twice.
+    """
+
+    def __init__(
+        self,
+        read_all: Callable[[int], list[tuple[int, str, StoredDelta]]],
+        read_run: Callable[[str], list[tuple[int, StoredDelta]]],
+    ) -> None:
+        self._read_all = read_all
+        self._read_run = read_run
+        self._lock = threading.Lock()
+        self._feeds: dict[str, list[TableFeed]] = {}
         self._after = 0
-        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def follow(self, run_id: str) -> TableFeed:
+        feed = TableFeed(self, run_id)
+        with self._lock:
+            feed.deliver(self._read_run(run_id))
+            self._feeds.setdefault(run_id, []).append(feed)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tenure-deltas-poll")
+                self._thread.daemon = True
+                self._thread.start()
+        return feed
+
+    def leave(self, feed: TableFeed) -> None:
+        with self._lock:
+            feeds = self._feeds.get(feed.run_id, [])
+            if feed in feeds:
+                feeds.remove(feed)
+            if not feeds:
+                self._feeds.pop(feed.run_id, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._feeds:
+                    self._thread = None
+                    return
+                self._poll()
+            time.sleep(POLL_SECONDS)
+
+    def _poll(self) -> None:
+        try:
+            rows = self._read_all(self._after)
+        except Exception as exc:  # the store closed or failed: readers just see no deltas
+            log.debug("deltas not read: %s", exc)
+            return
+        if not rows:
+            return
+        self._after = rows[-1][0]
+        by_run: dict[str, list[tuple[int, StoredDelta]]] = {}
+        for row_id, run_id, delta in rows:
+            if run_id in self._feeds:
+                by_run.setdefault(run_id, []).append((row_id, delta))
+        for run_id, found in by_run.items():
+            for feed in self._feeds[run_id]:
+                feed.deliver(found)
+
+
+class TableFeed:
+    """One reader's deltas of one run, delivered by a TablePoller."""
+
+    def __init__(self, poller: TablePoller, run_id: str) -> None:
+        self.run_id = run_id
+        self._poller = poller
+        self._after = 0  # the last row id delivered
+        self._ready: list[StoredDelta] = []
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def deliver(self, rows: list[tuple[int, StoredDelta]]) -> None:
+        with self._cond:
+            fresh = [delta for row_id, delta in rows if row_id > self._after]
+            if rows:
+                self._after = max(self._after, rows[-1][0])
+            if fresh:
+                self._ready.extend(fresh)
+                self._cond.notify_all()
 
     def take(self, timeout: float) -> list[StoredDelta]:
-        deadline = time.monotonic() + timeout
-        while True:
-            rows = self._read(self._after)
-            if rows:
-                self._after = rows[-1][0]
-                return [delta for _, delta in rows]
-            left = deadline - time.monotonic()
-            if left <= 0 or self._closed.wait(min(POLL_SECONDS, left)):
-                return []
+        with self._cond:
+            self._cond.wait_for(lambda: bool(self._ready) or self._closed, timeout)
+            found, self._ready = self._ready, []
+            return found
 
     def close(self) -> None:
-        self._closed.set()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._poller.leave(self)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tenure._types import RunStatus
-from tenure.store._deltas import DeltaFeed, DeltaPiece, PollingFeed, StoredDelta
+from tenure.store._deltas import DeltaFeed, DeltaPiece, StoredDelta, TablePoller
 from tenure.store._sqlbase import Cursor, SQLBase
 
 
@@ -28,11 +28,18 @@ class Streaming(SQLBase):
             self._write(tx)
 
     def follow_deltas(self, run_id: str) -> DeltaFeed:
-        def read(after: int) -> list[tuple[int, StoredDelta]]:
-            rows = self._read(self._q["deltas_after"], {"id": run_id, "after": after})
-            return [(row[0], StoredDelta(row[1], row[2], row[3])) for row in rows]
+        # One poller per store, made on first use (dict.setdefault: one wins a race).
+        made = TablePoller(self._deltas_since, self._deltas_of)
+        poller: TablePoller = vars(self).setdefault("_delta_poller", made)
+        return poller.follow(run_id)
 
-        return PollingFeed(read)
+    def _deltas_since(self, after: int) -> list[tuple[int, str, StoredDelta]]:
+        rows = self._read(self._q["deltas_since"], {"after": after})
+        return [(row[0], row[1], StoredDelta(row[2], row[3], row[4])) for row in rows]
+
+    def _deltas_of(self, run_id: str) -> list[tuple[int, StoredDelta]]:
+        rows = self._read(self._q["deltas_after"], {"id": run_id, "after": 0})
+        return [(row[0], StoredDelta(row[1], row[2], row[3])) for row in rows]
 
     def run_progress(self, run_id: str) -> tuple[RunStatus, int] | None:
         rows = self._read(self._q["run_progress"], {"id": run_id})

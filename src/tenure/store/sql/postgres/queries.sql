@@ -562,3 +562,7 @@ SELECT NULL::bigint, NULL::integer, NULL::integer, NULL::text WHERE false;
 -- name: run_progress
 -- What a reader following a run polls: its status and the sequence of its last event.
 SELECT status, last_sequence FROM tenure_runs WHERE id = %(id)s;
+
+-- name: deltas_since
+-- PostgreSQL keeps no deltas: nothing to read (see deltas_after).
+SELECT NULL::bigint, NULL::text, NULL::integer, NULL::integer, NULL::text WHERE false;

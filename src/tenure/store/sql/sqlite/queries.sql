@@ -406,3 +406,10 @@ SELECT id, sequence, chunk, text FROM tenure_deltas
 -- name: run_progress
 -- What a reader following a run polls: its status and the sequence of its last event.
 SELECT status, last_sequence FROM tenure_runs WHERE id = :id;
+
+-- name: deltas_since
+-- Every run's deltas published after delta `after` (a row id): what one poller per process
+-- reads for all the runs followed there.
+SELECT id, run_id, sequence, chunk, text FROM tenure_deltas
+ WHERE id > :after
+ ORDER BY id;
