@@ -216,7 +216,8 @@ async def _follow(
 ) -> AsyncIterator[str]:
     """Events as `event` messages (with their sequence as id, for a resume), the text of a
     streaming model call in flight as `delta` messages between them (SPEC §18), `end`."""
-    follower = Follower(web.runtime.store, run_id, after)
+    # In a thread: on PostgreSQL, following opens a listening connection.
+    follower = await to_thread.run_sync(Follower, web.runtime.store, run_id, after)
     try:
         quiet, wait = 0.0, 0.0
         while not await request.is_disconnected():
