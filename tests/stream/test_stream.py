@@ -4,6 +4,7 @@ through the real `openai` SDK."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 import tenure
 from tenure import Outcome, RunRequest, RunStatus
+from tenure.store._deltas import DeltaPiece
 from tests.crash._workers import wait_for
 from tests.fakes.openai_service import FakeOpenAI
 
@@ -190,3 +192,26 @@ def test_publishing_a_long_delta_splits_it_under_the_notify_limit(
     assert "".join(d.text for d in got) == text
     assert len(got) >= 3 and [d.chunk for d in got] == list(range(len(got)))
     assert {d.sequence for d in got} == {2}  # request 0, claimed 1: the call's llm will be 2
+
+
+def test_only_the_segment_holding_the_run_publishes(runtime: tenure.Runtime) -> None:
+    run_id = runtime.enqueue(RunRequest(prompt="x", model="scripted", script=[{"say": "hi"}]))
+    claimed = runtime.store.claim_run(run_id, "worker:test:1:0", 30.0)
+    assert claimed is not None
+    lease = claimed.lease
+    feed = runtime.store.follow_deltas(run_id)
+    try:
+        stale = [
+            DeltaPiece(dataclasses.replace(lease, token=lease.token + 1), 0, "stale token"),
+            DeltaPiece(dataclasses.replace(lease, owner="worker:other:2:0"), 1, "not the owner"),
+        ]
+        runtime.store.publish_deltas(stale)
+        runtime.store.publish_deltas([DeltaPiece(lease, 2, "ours")])
+        got: list[Any] = []
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            got += feed.take(0.1)
+        got += feed.take(0.2)
+    finally:
+        feed.close()
+    assert [(d.sequence, d.chunk, d.text) for d in got] == [(2, 2, "ours")]
