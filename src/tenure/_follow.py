@@ -66,7 +66,7 @@ class Follower:
         now = time.monotonic()
         if self._streaming(deltas) and now - self._checked < max(wait, MIN_CHECK):
             # The call after the last event read is streaming: its deltas now; the run is
-            # read again once `wait` has passed.
+            # read again once MIN_CHECK (or a longer `wait`) has passed.
             return list(self._reader.merge(deltas, [])), self._status
         self._checked = now
         progress = self._store.run_progress(self.run_id)
