@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 import tenure
-from tenure import Outcome, RunRequest, RunStatus
+from tenure import EventKind, Outcome, RunRequest, RunStatus
+from tenure.store._base import NewEvent
 from tenure.store._deltas import DeltaPiece
 from tests.crash._workers import wait_for
 from tests.fakes.openai_service import FakeOpenAI
@@ -215,3 +216,28 @@ def test_only_the_segment_holding_the_run_publishes(runtime: tenure.Runtime) -> 
     finally:
         feed.close()
     assert [(d.sequence, d.chunk, d.text) for d in got] == [(2, 2, "ours")]
+
+
+def test_a_piece_that_arrives_after_its_calls_llm_event_is_dropped(
+    runtime: tenure.Runtime,
+) -> None:
+    run_id = runtime.enqueue(RunRequest(prompt="x", model="scripted", script=[{"say": "hi"}]))
+    claimed = runtime.store.claim_run(run_id, "worker:test:1:0", 30.0)
+    assert claimed is not None
+    lease = claimed.lease
+    feed = runtime.store.follow_deltas(run_id)
+    try:
+        llm = NewEvent(EventKind.LLM, {"message": {"role": "assistant", "content": "hi"}})
+        assert runtime.store.record_step(lease, 30.0, [llm]) == [2]
+        runtime.store.publish_deltas([DeltaPiece(lease, 7, "late")])  # the call is over
+        tool = NewEvent(EventKind.TOOL, {"name": "t"})
+        assert runtime.store.record_step(lease, 30.0, [tool]) == [3]
+        runtime.store.publish_deltas([DeltaPiece(lease, 0, "next call")])
+        got: list[Any] = []
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            got += feed.take(0.1)
+        got += feed.take(0.2)
+    finally:
+        feed.close()
+    assert [(d.sequence, d.text) for d in got] == [(4, "next call")]

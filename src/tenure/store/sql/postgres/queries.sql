@@ -548,7 +548,12 @@ SELECT pg_notify(d.channel, (r.last_sequence + 1)::text || E'\t' || d.chunk::tex
          ORDER BY n) AS d
   JOIN tenure_runs r
     ON r.id = d.id AND r.status = 'running' AND r.claimed_by = d.owner
-   AND r.lease_token = d.token;
+   AND r.lease_token = d.token
+ -- A piece that arrives after its call's `llm` event (a publication that stalled) would be
+ -- taken for the next call's: the run's last event being this lease's `llm` drops it.
+ WHERE NOT EXISTS (SELECT 1 FROM tenure_events e
+                    WHERE e.run_id = r.id AND e.sequence = r.last_sequence
+                      AND e.kind = 'llm' AND e.lease_token = r.lease_token);
 
 -- name: listen_deltas
 -- A reader of one run's deltas (`{channel}` is filled in as a quoted identifier).
