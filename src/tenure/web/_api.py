@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -31,6 +32,8 @@ Reveal = Annotated[
 # Text that goes into a column as it is: no control characters.
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]{1,200}$"
 SSE_POLL_SECONDS = 0.25
+# While a model call's text streams, its deltas are looked for this often.
+SSE_DELTA_POLL_SECONDS = 0.05
 SSE_KEEPALIVE_SECONDS = 15.0
 DEAD_LETTER = Literal["retries_exhausted", "not_retryable"]
 
@@ -219,17 +222,21 @@ async def _follow(
     # In a thread: on PostgreSQL, following opens a listening connection.
     follower = await to_thread.run_sync(Follower, web.runtime.store, run_id, after)
     try:
-        quiet, wait = 0.0, 0.0
+        quiet = 0.0
         while not await request.is_disconnected():
-            items, status = await to_thread.run_sync(follower.poll, wait)
-            wait = SSE_POLL_SECONDS
+            # Never waits in the thread (a stream must not hold one of the few threads
+            # while it idles): the waiting is the sleep below, shorter while text streams.
+            items, status = await to_thread.run_sync(follower.poll, 0.0)
             for item in items:
                 yield _message(item, run_id, reveal)
-            quiet = 0.0 if items else quiet + SSE_POLL_SECONDS
             if status is None or status.is_terminal:
                 ended = str(status) if status else "purged"
                 yield f"event: end\ndata: {json.dumps({'status': ended})}\n\n"
                 return
+            streaming = any(isinstance(item, Delta) for item in items)
+            pause = SSE_DELTA_POLL_SECONDS if streaming else SSE_POLL_SECONDS
+            await asyncio.sleep(pause)
+            quiet = 0.0 if items else quiet + pause
             if quiet >= SSE_KEEPALIVE_SECONDS:
                 quiet = 0.0
                 yield ": keep-alive\n\n"
