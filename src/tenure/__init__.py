@@ -19,6 +19,7 @@ from tenure._errors import (
     UnknownTool,
 )
 from tenure._types import (
+    Delta,
     Event,
     EventKind,
     FailureClass,
@@ -43,6 +44,7 @@ __all__ = [
     "Cancelled",
     "DatabaseUnavailable",
     "DecisionConflict",
+    "Delta",
     "Event",
     "EventKind",
     "FailureClass",

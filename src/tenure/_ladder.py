@@ -8,6 +8,7 @@ settles nothing, because the row belongs to whoever holds it now.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
@@ -40,6 +41,7 @@ from tenure.store._base import NO_USAGE, Lease, NewEvent, Settlement, Store
 
 if TYPE_CHECKING:
     from tenure._keeper import Keeper
+    from tenure._publisher import DeltaPublisher
 
 log = logging.getLogger("tenure")
 
@@ -62,6 +64,7 @@ class Engine:
     settings: Settings
     keeper: Keeper | None = None  # renews the leases of segments in flight (SPEC §15)
     model_timeouts: dict[str, float] = field(default_factory=dict)  # by model name
+    deltas: DeltaPublisher | None = None  # publishes streaming calls' text (SPEC §18)
 
     def model_timeout(self, name: str) -> float:
         return self.model_timeouts.get(name, _policy.DEFAULT_MODEL_TIMEOUT)
@@ -252,8 +255,7 @@ class Segment:
                 request=request,
                 abort=self._abort,
             )
-            with self.step_deadline(self.engine.model_timeout(request.model)):
-                reply = provider.complete(call)
+            reply = self._ask(provider, call)
             llm = NewEvent(EventKind.LLM, _llm_payload(reply))
             if not reply.tool_calls:
                 return self._complete(reply, llm)
@@ -261,6 +263,20 @@ class Segment:
             journal.add_answer(sequence, reply)
 
     # -- steps ---------------------------------------------------------------------------
+
+    def _ask(self, provider: Provider, call: ModelCall) -> ModelReply:
+        """The model step. A streaming provider's text is published while it arrives
+        (SPEC §18); the call's last deltas are out before its `llm` event is recorded."""
+        deltas = self.engine.deltas
+        stream = deltas.open(self.lease) if deltas is not None else None
+        if stream is not None:
+            call = dataclasses.replace(call, on_delta=stream.add)
+        try:
+            with self.step_deadline(self.engine.model_timeout(call.request.model)):
+                return provider.complete(call)
+        finally:
+            if stream is not None:
+                stream.close()
 
     @property
     def abort_signal(self) -> threading.Event:

@@ -319,3 +319,19 @@ class ToolContext:
             from tenure._errors import Cancelled  # the exception tree imports this module
 
             raise Cancelled(f"run {self.run_id} is no longer held by this segment")
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A piece of the answer text of a model call in flight, as `Runtime.stream` yields it
+    (SPEC §18). `sequence` is the sequence the call's `llm` event will take: a call retried
+    after a failure gets a new one (its run's `requeued` and `claimed` events come between),
+    so a reader that sees a new `sequence` knows the text starts over. The deltas of a
+    sequence are abandoned when the event recorded at that sequence is not an `llm` event.
+    Deltas are never journal events."""
+
+    sequence: int
+    text: str
+
+    def to_json(self, run_id: str) -> dict[str, Any]:
+        return {"kind": "delta", "run_id": run_id, "sequence": self.sequence, "text": self.text}

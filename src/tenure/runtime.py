@@ -7,16 +7,19 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from tenure import _policy, _requests
 from tenure._errors import DecisionConflict, InvalidRequest
+from tenure._follow import follow
 from tenure._keeper import Keeper
 from tenure._ladder import Engine, Segment, Settings
+from tenure._publisher import DeltaPublisher
 from tenure._reaper import DEFAULT_REAP_LIMIT, Reaper
 from tenure._types import (
+    Delta,
     Event,
     EventKind,
     ReapReport,
@@ -109,6 +112,7 @@ class Runtime:
         self._models: dict[str, Provider] = {"scripted": Scripted()}
         self._model_timeouts: dict[str, float] = {}
         self._keeper = Keeper(lambda: self.store)
+        self._deltas = DeltaPublisher(lambda: self.store)
         self._store: Store | None = None
         self._lock = threading.Lock()
         self._identity = f"run:{socket.gethostname()}:{os.getpid()}"
@@ -136,7 +140,13 @@ class Runtime:
     @property
     def engine(self) -> Engine:
         return Engine(
-            self.store, self._tools, self._models, self.settings, self._keeper, self._model_timeouts
+            self.store,
+            self._tools,
+            self._models,
+            self.settings,
+            self._keeper,
+            self._model_timeouts,
+            deltas=self._deltas,
         )
 
     def tool(
@@ -415,6 +425,18 @@ class Runtime:
     def events(self, run_id: str, after: int = -1) -> list[Event]:
         return self.store.events(run_id, after)
 
+    def stream(self, run_id: str, after: int = -1) -> Iterator[Event | Delta]:
+        """Follow a run live, from any process (SPEC §18): its events after sequence `after`
+        as they are recorded and, in between, the `Delta`s of a streaming model call in
+        flight; ends when the run ends or waits for a person (nothing for an unknown run).
+
+        A `Delta`'s `sequence` is the one its call's `llm` event will take. A call retried
+        after a failure streams again from its start under a new sequence; the deltas of a
+        sequence whose event is not an `llm` event were abandoned. Deltas are never events:
+        `events()` does not return them.
+        """
+        return follow(self.store, run_id, after)
+
     def runs(
         self,
         status: RunStatus | str | None = None,
@@ -456,6 +478,8 @@ class Runtime:
         # The keeper first: a round after this point would reopen the store.
         keeper, self._keeper = self._keeper, Keeper(lambda: self.store)
         keeper.close()
+        deltas, self._deltas = self._deltas, DeltaPublisher(lambda: self.store)
+        deltas.close()
         with self._lock:
             store, self._store = self._store, None
         if store is not None:

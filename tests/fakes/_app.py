@@ -186,6 +186,9 @@ class Service:
         self._stats = Stats()
         self._epoch = clock()
         self._ids = itertools.count(1)
+        # Called with each stream chunk just before it is sent (a benchmark times deltas
+        # from here); on the service's event loop, so it must be quick.
+        self.on_chunk: Callable[[dict[str, Any]], None] | None = None
 
     # -- controls (any thread) -------------------------------------------------------------
 
@@ -374,6 +377,8 @@ class Service:
             if index and self.config.chunk_interval:
                 await asyncio.sleep(self.config.chunk_interval)
             line = b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+            if self.on_chunk is not None:
+                self.on_chunk(chunk)
             await send({"type": "http.response.body", "body": line, "more_body": True})
         if drop is not None:
             self._settle(call, "dropped", rendered.completion_tokens)

@@ -13,6 +13,7 @@ EXPECTED = {
     "Cancelled",
     "DatabaseUnavailable",
     "DecisionConflict",
+    "Delta",
     "Event",
     "EventKind",
     "FailureClass",
@@ -94,6 +95,7 @@ def test_runtime_methods() -> None:
     for name in (
         "tool", "add_model", "enqueue", "run", "run_queued", "work", "cancel", "status",
         "events", "runs", "reap", "redrive", "purge", "close", "__enter__", "__exit__",
+        "stream",
     ):  # fmt: skip
         assert callable(getattr(tenure.Runtime, name)), name
     assert list(inspect.signature(tenure.Runtime.work).parameters)[1:4] == [
@@ -126,7 +128,12 @@ def test_records_are_frozen_dataclasses_with_the_spec_fields() -> None:
     ]  # fmt: skip
     assert callable(tenure.ToolContext.raise_if_cancelled)
     assert isinstance(tenure.ToolContext.cancelled, property)
-    for cls in (tenure.Run, tenure.Event, tenure.RunResult, tenure.ReapReport, tenure.ToolContext):
+    # SPEC §18: what `Runtime.stream` yields between events.
+    assert [f.name for f in dataclasses.fields(tenure.Delta)] == ["sequence", "text"]
+    for cls in (
+        tenure.Run, tenure.Event, tenure.RunResult, tenure.ReapReport, tenure.ToolContext,
+        tenure.Delta,
+    ):  # fmt: skip
         assert cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
 
 

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import logging
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from tenure import (
 )
 from tenure._command import CliError, Context, NotFound, UsageError
 from tenure._policy import MAX_NESTING_DEPTH
+from tenure.cli._follow import follow
 from tenure.cli._human import HANDLERS as human_handlers
 from tenure.cli._output import (
     err,
@@ -34,14 +34,12 @@ from tenure.cli._output import (
     out,
     plural,
     print_json,
-    print_json_line,
     reason_text,
     run_details,
     runs_table,
 )
 from tenure.providers.scripted import parse_script
 
-FOLLOW_POLL_SECONDS = 0.25
 # Bulk redrive reads dead-letters in pages of this size.
 REDRIVE_PAGE = 500
 
@@ -197,19 +195,7 @@ def events(ctx: Context, args: argparse.Namespace) -> int:
         for event in [] if args.json else found:
             out.print(event_line(event))
         return 0
-    after = args.after
-    while True:
-        # Status first, events second: whatever ended the run is among the events read after.
-        current = app.status(args.run_id)
-        for event in app.events(args.run_id, after):
-            if args.json:
-                print_json_line(event.to_json())
-            else:
-                out.print(event_line(event))
-            after = event.sequence
-        if current is None or current.status.is_terminal:
-            return 0
-        time.sleep(FOLLOW_POLL_SECONDS)
+    return follow(app, args.run_id, args.after, args.json)
 
 
 def cancel(ctx: Context, args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tenure._types import (
     Event,
@@ -22,6 +22,9 @@ from tenure._types import (
     ToolEffect,
     Usage,
 )
+
+if TYPE_CHECKING:
+    from tenure.store._deltas import DeltaFeed, DeltaPiece
 
 NO_USAGE = Usage()
 
@@ -324,5 +327,15 @@ class Store(Protocol):
         Returns the function that unsubscribes. A store without notifications returns a
         no-op; workers poll anyway, so a lost notification only delays a run.
         """
+
+    def publish_deltas(self, pieces: Sequence[DeltaPiece]) -> None:
+        """Publish pieces of the text of model calls in flight (SPEC §18), each under its
+        segment's lease; a piece whose lease no longer holds is dropped."""
+
+    def follow_deltas(self, run_id: str) -> DeltaFeed:
+        """The deltas of a run from now on, for a reader in any process."""
+
+    def run_progress(self, run_id: str) -> tuple[RunStatus, int] | None:
+        """A run's status and the sequence of its last event."""
 
     def close(self) -> None: ...

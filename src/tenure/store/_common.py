@@ -8,10 +8,11 @@ from tenure.store._maintenance import Maintenance
 from tenure.store._owner import OwnerTransitions
 from tenure.store._reads import Reads
 from tenure.store._sqlbase import Cursor
+from tenure.store._streaming import Streaming
 from tenure.store._workers import WorkerRows
 
 __all__ = ["Cursor", "SQLStore"]
 
 
-class SQLStore(OwnerTransitions, Maintenance, Reads, WorkerRows):
+class SQLStore(OwnerTransitions, Maintenance, Reads, WorkerRows, Streaming):
     """Every transition and read of the Store protocol, for one SQL dialect."""

@@ -41,6 +41,8 @@ from tenure._types import Usage
 from tenure.store import _sql
 from tenure.store._base import NO_USAGE, Lease, NewEvent, NewRun
 from tenure.store._common import Cursor, SQLStore
+from tenure.store._deltas import DeltaFeed, DeltaPiece
+from tenure.store._pg_deltas import NotifyFeed, channel
 from tenure.store._rows import aware
 from tenure.store._sqlbase import _event_rows
 
@@ -100,6 +102,8 @@ LISTEN_HEALTH_SECONDS = 30.0
 LISTEN_RECONNECT_MAX_DELAY = 5.0
 # TCP keepalives for the long-lived listener connection.
 LISTEN_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10}
+# A publication of deltas is tried once, this long at most: a late delta is worth nothing.
+PUBLISH_TIMEOUT_SECONDS = 1.0
 
 
 def conninfo_from_url(url: str) -> str:
@@ -499,6 +503,27 @@ class PostgresStore(SQLStore):
         if self._closed:
             raise StoreError("the store is closed")
         return self._listener.add(wake)
+
+    # -- streaming (SPEC §18) ------------------------------------------------------------
+
+    def publish_deltas(self, pieces: Sequence[DeltaPiece]) -> None:
+        """One NOTIFY per piece, in one statement on a pooled connection of its own: never
+        the transaction of a step, which it must neither join nor hold up. Tried once."""
+        if not pieces:
+            return
+        params = {
+            "ids": [p.lease.run_id for p in pieces],
+            "owners": [p.lease.owner for p in pieces],
+            "tokens": [p.lease.token for p in pieces],
+            "channels": [channel(p.lease.run_id) for p in pieces],
+            "chunks": [p.chunk for p in pieces],
+            "texts": [p.text for p in pieces],
+        }
+        with self._connection(time.monotonic() + PUBLISH_TIMEOUT_SECONDS) as conn:
+            conn.execute(Q["publish_delta"], params)
+
+    def follow_deltas(self, run_id: str) -> DeltaFeed:
+        return NotifyFeed(self.conninfo, run_id)
 
 
 class _Listening:

@@ -14,8 +14,9 @@ from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tenure import RunRequest, RunStatus, TerminationReason
+from tenure import Delta, Event, RunRequest, RunStatus, TerminationReason
 from tenure._errors import InvalidRequest
+from tenure._follow import Follower
 from tenure._policy import MAX_DELAY_SECONDS
 from tenure.web import _views
 from tenure.web._security import Caller
@@ -31,6 +32,8 @@ Reveal = Annotated[
 # Text that goes into a column as it is: no control characters.
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]{1,200}$"
 SSE_POLL_SECONDS = 0.25
+# While a model call's text streams, its deltas are looked for this often.
+SSE_DELTA_POLL_SECONDS = 0.05
 SSE_KEEPALIVE_SECONDS = 15.0
 DEAD_LETTER = Literal["retries_exhausted", "not_retryable"]
 
@@ -214,25 +217,44 @@ def stream_events(
 async def _follow(
     request: Request, web: Web, run_id: str, after: int, reveal: bool
 ) -> AsyncIterator[str]:
-    quiet = 0.0
-    while not await request.is_disconnected():
-        # Status first, events second: whatever ended the run is among the events read after.
-        run = await to_thread.run_sync(web.runtime.status, run_id)
-        events = await to_thread.run_sync(web.runtime.events, run_id, after)
-        for event in events:
-            data = json.dumps(_views.event_json(event, reveal=reveal), default=str)
-            yield f"id: {event.sequence}\nevent: event\ndata: {data}\n\n"
-            after = event.sequence
-            quiet = 0.0
-        if run is None or run.status.is_terminal:
-            status = str(run.status) if run else "purged"
-            yield f"event: end\ndata: {json.dumps({'status': status})}\n\n"
-            return
-        await asyncio.sleep(SSE_POLL_SECONDS)
-        quiet += SSE_POLL_SECONDS
-        if quiet >= SSE_KEEPALIVE_SECONDS:
-            quiet = 0.0
-            yield ": keep-alive\n\n"
+    """Events as `event` messages (with their sequence as id, for a resume), the text of a
+    streaming model call in flight as `delta` messages between them (SPEC §18), `end`."""
+    # In a thread: on PostgreSQL, following opens a listening connection.
+    follower = await to_thread.run_sync(Follower, web.runtime.store, run_id, after)
+    try:
+        quiet = 0.0
+        while not await request.is_disconnected():
+            # Never waits in the thread (a stream must not hold one of the few threads
+            # while it idles): the waiting is the sleep below, shorter while text streams.
+            items, status = await to_thread.run_sync(follower.poll, 0.0)
+            for item in items:
+                yield _message(item, run_id, reveal)
+            if status is None or status.is_terminal:
+                ended = str(status) if status else "purged"
+                yield f"event: end\ndata: {json.dumps({'status': ended})}\n\n"
+                return
+            streaming = any(isinstance(item, Delta) for item in items)
+            pause = SSE_DELTA_POLL_SECONDS if streaming else SSE_POLL_SECONDS
+            await asyncio.sleep(pause)
+            quiet = 0.0 if items else quiet + pause
+            if quiet >= SSE_KEEPALIVE_SECONDS:
+                quiet = 0.0
+                yield ": keep-alive\n\n"
+    finally:
+        # Not awaited: the client may have left, and this generator is being cancelled.
+        follower.close()
+
+
+def _message(item: Event | Delta, run_id: str, reveal: bool) -> str:
+    if isinstance(item, Delta):
+        # Model text is content: hidden unless revealed, like the `llm` event's; its length
+        # still shows that the call is making progress.
+        data = item.to_json(run_id) | {"chars": len(item.text)}
+        if not reveal:
+            data["text"] = _views.HIDDEN
+        return f"event: delta\ndata: {json.dumps(data)}\n\n"
+    shown = json.dumps(_views.event_json(item, reveal=reveal), default=str)
+    return f"id: {item.sequence}\nevent: event\ndata: {shown}\n\n"
 
 
 @router.get(

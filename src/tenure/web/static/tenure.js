@@ -1,7 +1,8 @@
 // Live updates for the dashboard: counts refresh on a timer; the regions of a list page
 // (runs, queues, charts, leases, dead letters) are re-read from the page's own address and
-// swapped in place; a run's page follows its event stream and reloads when something
-// happens. No framework, nothing from elsewhere.
+// swapped in place; a run's page follows its event stream, shows the answer of a streaming
+// model call as it grows, and reloads when something happens. No framework, nothing from
+// elsewhere.
 "use strict";
 
 var LIVE_MS = 2000;
@@ -40,6 +41,24 @@ function refreshRegions() {
     .catch(function () {});
 }
 
+// The text of the model call in flight grows as its deltas arrive (a new sequence: the call
+// started over, e.g. retried after a failure). Hidden content shows only its length.
+var answer = { sequence: null, chars: 0 };
+function showDelta(d) {
+  var box = document.getElementById("answer");
+  var text = document.getElementById("answer-text");
+  if (!box || !text) return;
+  if (d.sequence !== answer.sequence) {
+    answer = { sequence: d.sequence, chars: 0 };
+    text.textContent = "";
+  }
+  answer.chars += d.chars;
+  if (d.text === "<hidden>") text.textContent = "<hidden> (" + answer.chars + " characters so far)";
+  else text.textContent += d.text;
+  box.setAttribute("data-sequence", String(d.sequence));
+  box.hidden = false;
+}
+
 function followRun(url) {
   if (!window.EventSource) return;
   var source = new EventSource(url);
@@ -49,6 +68,7 @@ function followRun(url) {
     timer = setTimeout(function () { window.location.reload(); }, 400);
   }
   source.addEventListener("event", reloadSoon);
+  source.addEventListener("delta", function (e) { showDelta(JSON.parse(e.data)); });
   source.addEventListener("end", function () { source.close(); reloadSoon(); });
 }
 

@@ -540,3 +540,45 @@ DELETE FROM tenure_workers
  WHERE last_seen < %(cutoff)s
    AND (state = 'stopped'
         OR last_seen < {now} - make_interval(secs => %(dead_beats)s * heartbeat_seconds));
+
+-- name: publish_delta
+-- SPEC §18: pieces of the answer text of model calls in flight, one NOTIFY each on the
+-- run's own channel, each under its segment's lease (a segment that lost its run publishes
+-- nothing). Payload: the call's sequence (the one its `llm` event will take), the piece's
+-- number within the call and its text, tab-separated; pieces are cut small enough for the
+-- 8,000-byte payload limit. Notifications are delivered at commit and keep their order.
+-- A delta is worth nothing after a crash, so its commit does not wait for the WAL to reach
+-- the disk (synchronous_commit off for this transaction alone): the wait would be the
+-- largest part of a delta's latency on a durable server.
+SELECT pg_notify(d.channel, (r.last_sequence + 1)::text || E'\t' || d.chunk::text || E'\t'
+                            || d.text)
+  FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_wait,
+       (SELECT * FROM unnest(%(ids)s::text[], %(owners)s::text[], %(tokens)s::bigint[],
+                             %(channels)s::text[], %(chunks)s::integer[], %(texts)s::text[])
+                      WITH ORDINALITY AS p(id, owner, token, channel, chunk, text, n)
+         ORDER BY n) AS d
+  JOIN tenure_runs r
+    ON r.id = d.id AND r.status = 'running' AND r.claimed_by = d.owner
+   AND r.lease_token = d.token
+ -- A piece that arrives after its call's `llm` event (a publication that stalled) would be
+ -- taken for the next call's: the run's last event being this lease's `llm` drops it.
+ WHERE NOT EXISTS (SELECT 1 FROM tenure_events e
+                    WHERE e.run_id = r.id AND e.sequence = r.last_sequence
+                      AND e.kind = 'llm' AND e.lease_token = r.lease_token);
+
+-- name: listen_deltas
+-- A reader of one run's deltas (`{channel}` is filled in as a quoted identifier).
+LISTEN {channel};
+
+-- name: deltas_after
+-- PostgreSQL keeps no deltas (they travel by NOTIFY): nothing to read. Here so that both
+-- dialects name the same queries.
+SELECT NULL::bigint, NULL::integer, NULL::integer, NULL::text WHERE false;
+
+-- name: run_progress
+-- What a reader following a run polls: its status and the sequence of its last event.
+SELECT status, last_sequence FROM tenure_runs WHERE id = %(id)s;
+
+-- name: deltas_since
+-- PostgreSQL keeps no deltas: nothing to read (see deltas_after).
+SELECT NULL::bigint, NULL::text, NULL::integer, NULL::integer, NULL::text WHERE false;

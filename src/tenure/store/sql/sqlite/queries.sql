@@ -435,3 +435,33 @@ SELECT id, host, pid, queues, slots, slots_in_use, heartbeat_seconds, state, sta
 DELETE FROM tenure_workers
  WHERE last_seen < :cutoff
    AND (state = 'stopped' OR last_seen < {now} - :dead_beats * heartbeat_seconds);
+
+-- name: publish_delta
+-- SPEC §18: a piece of the answer text of the model call in flight, under the segment's
+-- lease (a segment that lost its run publishes nothing). The call's sequence is the one its
+-- `llm` event will take; the rows go when that event is recorded (0008's triggers).
+-- A piece that arrives after its call's `llm` event (a publication that stalled) would be
+-- taken for the next call's: the run's last event being this lease's `llm` drops it.
+INSERT INTO tenure_deltas (run_id, sequence, chunk, text)
+SELECT id, last_sequence + 1, :chunk, :text FROM tenure_runs r
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND NOT EXISTS (SELECT 1 FROM tenure_events e
+                    WHERE e.run_id = r.id AND e.sequence = r.last_sequence
+                      AND e.kind = 'llm' AND e.lease_token = r.lease_token);
+
+-- name: deltas_after
+-- The deltas of a run published after delta `after` (a row id), in the order published.
+SELECT id, sequence, chunk, text FROM tenure_deltas
+ WHERE run_id = :id AND id > :after
+ ORDER BY id;
+
+-- name: run_progress
+-- What a reader following a run polls: its status and the sequence of its last event.
+SELECT status, last_sequence FROM tenure_runs WHERE id = :id;
+
+-- name: deltas_since
+-- Every run's deltas published after delta `after` (a row id): what one poller per process
+-- reads for all the runs followed there.
+SELECT id, run_id, sequence, chunk, text FROM tenure_deltas
+ WHERE id > :after
+ ORDER BY id;

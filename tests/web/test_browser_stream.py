@@ -1,0 +1,75 @@
+"""The run page shows the answer of a streaming model call growing (SPEC §18), in a real
+headless Chromium, on each store."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import tenure
+from tenure import Outcome, RunRequest, RunStatus
+from tenure.web import create_app
+from tests.fakes.openai_service import FakeOpenAI
+from tests.stream._proc import MODEL
+from tests.stream._proc import make_runtime as streaming_runtime
+
+from .conftest import TOKEN
+from .test_browser import Server, _page, browser, log_in, shot
+
+__all__ = ["browser"]  # a fixture shared with test_browser
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    # Slow enough to watch: about 35 words, one every 60 ms.
+    with FakeOpenAI(model="fake-model", chunk_interval=0.06) as service:
+        yield service
+
+
+@pytest.fixture
+def streaming_rt(db_url: str, fake: FakeOpenAI) -> Iterator[tenure.Runtime]:
+    rt = streaming_runtime(db_url, fake.url)
+    yield rt
+    rt.close()
+
+
+@pytest.fixture
+def streaming_page(browser: Any, streaming_rt: tenure.Runtime) -> Iterator[Any]:
+    with Server(create_app(streaming_rt, token=TOKEN)) as s:
+        yield from _page(browser, s)
+
+
+def test_the_run_page_shows_the_answer_growing(
+    streaming_page: Any, streaming_rt: tenure.Runtime
+) -> None:
+    from playwright.sync_api import expect
+
+    page, rt = streaming_page, streaming_rt
+    run_id = rt.enqueue(RunRequest(prompt="Where does c-42 live?", model=MODEL))
+    log_in(page)
+    page.goto(f"/runs/{run_id}?reveal=true")
+    results: list[tenure.RunResult | None] = []
+    worker = threading.Thread(target=lambda: results.append(rt.run_queued(run_id)))
+    worker.start()
+    try:
+        box = page.locator("#answer-text")
+        expect(box).to_be_visible(timeout=10_000)
+        seen = [box.inner_text()]
+        expect(box).not_to_have_text(seen[0], timeout=5_000)  # it grows
+        seen.append(box.inner_text())
+        status = rt.status(run_id)
+        assert status is not None and status.status is RunStatus.RUNNING  # while in flight
+        shot(page, f"run_streaming_{rt.database_url.split(':')[0]}")
+    finally:
+        worker.join()
+    result = results[0]
+    assert result is not None and result.outcome is Outcome.COMPLETED and result.output
+    # Each view of the growing answer is a piece of the final one (a reload on the run's
+    # `claimed` event may have started the view after its first words).
+    assert all(text and text in result.output for text in seen)
+    assert len(seen[1]) > len(seen[0])
