@@ -15,6 +15,7 @@ from tenure import _policy, _requests
 from tenure._errors import DecisionConflict, InvalidRequest
 from tenure._keeper import Keeper
 from tenure._ladder import Engine, Segment, Settings
+from tenure._limits import Limits
 from tenure._reaper import DEFAULT_REAP_LIMIT, Reaper
 from tenure._types import (
     Event,
@@ -189,9 +190,13 @@ class Runtime:
         provider: Provider | AsyncProvider,
         *,
         timeout: float = _policy.DEFAULT_MODEL_TIMEOUT,
+        limits: Limits | None = None,
     ) -> None:
         """Register a model under `name`. A call to it may take up to `timeout` seconds: the
         lease keeper renews the run's lease until then, and not after (SPEC §15).
+
+        `limits` (`tenure.Limits`) caps what every worker on this database together sends
+        the model, and shares its circuit (SPEC §17); without it calls are not counted.
 
         A provider whose `complete` is a coroutine function is awaited on the process's
         event loop; past `timeout` its call is cancelled and fails as a `timeout`."""
@@ -201,6 +206,8 @@ class Runtime:
         if not callable(complete):
             raise InvalidRequest(f"model {name!r}: a provider needs a complete(call) method")
         seconds = _positive(f"model {name!r}: timeout", timeout)
+        if limits is not None and not isinstance(limits, Limits):
+            raise InvalidRequest(f"model {name!r}: limits must be a tenure.Limits, got {limits!r}")
         self._model_timeouts[name] = seconds
         if inspect.iscoroutinefunction(complete):
             self._models[name] = Awaited(cast(AsyncProvider, provider), seconds)

@@ -18,6 +18,7 @@ EXPECTED = {
     "FailureClass",
     "FallbackExhausted",
     "InvalidRequest",
+    "Limits",
     "Outcome",
     "Probe",
     "ProviderError",
