@@ -73,3 +73,28 @@ def wait_for(level: float, amount: float, per_minute: float) -> float:
     but never starved."""
     needed = min(amount, capacity(per_minute)) - level
     return max(needed, 0.0) * SECONDS_PER_MINUTE / per_minute
+
+
+# A call refused for concurrency alone cannot know when a call in flight ends: it looks again
+# after this long.
+CONCURRENCY_RETRY_SECONDS = 0.5
+
+
+def refusal_wait(
+    limits: Limits,
+    requests: float | None,
+    tokens: float | None,
+    in_use: int,
+    circuit_seconds: float,
+    estimate: float,
+) -> float:
+    """Seconds until a call of `estimate` tokens could be granted, given the buckets' levels
+    now, the calls in flight and how long the circuit stays open."""
+    waits = [max(circuit_seconds, 0.0)]
+    if limits.requests_per_minute is not None and requests is not None:
+        waits.append(wait_for(requests, 1, limits.requests_per_minute))
+    if limits.tokens_per_minute is not None and tokens is not None:
+        waits.append(wait_for(tokens, estimate, limits.tokens_per_minute))
+    if limits.concurrency is not None and in_use >= limits.concurrency:
+        waits.append(CONCURRENCY_RETRY_SECONDS)
+    return max(waits)

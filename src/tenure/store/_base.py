@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from tenure._limits import Limits
 from tenure._types import (
     Event,
     EventKind,
@@ -94,6 +95,29 @@ class StaleRun:
     has_request: bool
     requeue_count: int
     fence_probe: bool = False  # the fence's tool has a probe: requeue in doubt
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """A model's shared capacity as the database has it now (SPEC §17)."""
+
+    name: str
+    limits: Limits
+    in_use: int  # calls in flight whose run still holds its lease
+    requests: float | None  # the requests bucket's level now; None: no such limit
+    tokens: float | None
+    circuit_open_until: datetime | None  # set only while open
+    now: datetime  # the database's clock when read
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What `reserve_capacity` answered: a reservation, or how long until capacity is
+    expected back (and whether that is the circuit)."""
+
+    reservation: str | None
+    wait: float = 0.0
+    circuit_open: bool = False
 
 
 class Store(Protocol):
@@ -280,5 +304,31 @@ class Store(Protocol):
         Returns the function that unsubscribes. A store without notifications returns a
         no-op; workers poll anyway, so a lost notification only delays a run.
         """
+
+    # -- provider capacity (SPEC §17) ----------------------------------------------------
+
+    def set_model_limits(self, model: str, limits: Limits) -> None:
+        """Register or change a model's limits (its row); levels and circuit are kept."""
+
+    def reserve_capacity(
+        self, model: str, lease: Lease, tokens: float, hold_seconds: float
+    ) -> Grant | None:
+        """Compare-and-set: one request and `tokens` from the model's buckets, and a call in
+        flight held for `lease` (at most `hold_seconds`); else the wait. None: the model has
+        no row (its limits were never registered on this database)."""
+
+    def settle_capacity(self, model: str, reservation: str, refund: float) -> None:
+        """The call ended: its reservation is gone and `refund` tokens (the estimate minus
+        the actual use; negative when it used more) go back to the bucket."""
+
+    def open_circuit(self, model: str, seconds: float) -> None:
+        """Nobody calls the model for `seconds` (an open circuit is never shortened)."""
+
+    def models(self, name: str | None = None) -> list[ModelState]:
+        """Every model with a row (or that one), by name."""
+
+    def park(self, lease: Lease, delay: float, payload: dict[str, Any]) -> bool:
+        """Back to the queue until `delay` from now, not charged to the budget, with a
+        `throttled` event of `payload`; False if the run is not ours."""
 
     def close(self) -> None: ...
