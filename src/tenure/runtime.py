@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from tenure import _policy, _requests
+from tenure._capacity import Capacity, unused_model
 from tenure._errors import DecisionConflict, InvalidRequest
 from tenure._keeper import Keeper
 from tenure._ladder import Engine, Segment, Settings
@@ -35,7 +36,7 @@ from tenure.providers._awaited import Awaited
 from tenure.providers._base import AsyncProvider, Provider
 from tenure.providers.scripted import Scripted
 from tenure.store import open_store
-from tenure.store._base import Claimed, NewEvent, NewRun, Store
+from tenure.store._base import Claimed, ModelState, NewEvent, NewRun, Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DATABASE_URL = "sqlite:///tenure.db"
@@ -110,6 +111,7 @@ class Runtime:
         self._models: dict[str, Provider] = {"scripted": Scripted()}
         self._model_timeouts: dict[str, float] = {}
         self._keeper = Keeper(lambda: self.store)
+        self._capacity = Capacity(lambda: self.store)
         self._store: Store | None = None
         self._lock = threading.Lock()
         self._identity = f"run:{socket.gethostname()}:{os.getpid()}"
@@ -137,7 +139,13 @@ class Runtime:
     @property
     def engine(self) -> Engine:
         return Engine(
-            self.store, self._tools, self._models, self.settings, self._keeper, self._model_timeouts
+            self.store,
+            self._tools,
+            self._models,
+            self.settings,
+            self._keeper,
+            self._model_timeouts,
+            self._capacity,
         )
 
     def tool(
@@ -213,6 +221,7 @@ class Runtime:
             self._models[name] = Awaited(cast(AsyncProvider, provider), seconds)
         else:
             self._models[name] = cast(Provider, provider)
+        self._capacity.add(name, cast(Provider, provider), limits)
 
     @property
     def tool_names(self) -> list[str]:
@@ -437,6 +446,17 @@ class Runtime:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidRequest(f"limit must be a positive whole number, got {limit!r}")
         return self.store.runs(status, reason, queue, limit)
+
+    def models(self) -> list[ModelState]:
+        """The shared capacity of every model with limits (SPEC §17): those this database
+        has a row for (registered by any worker) and this runtime's own, by name."""
+        found = {m.name: m for m in self.store.models()}
+        now = None
+        for name, limits in self._capacity.limits().items():
+            if name not in found:
+                now = now or self.store.now()
+                found[name] = unused_model(name, limits, now)
+        return [found[name] for name in sorted(found)]
 
     def reap(self, limit: int = DEFAULT_REAP_LIMIT) -> ReapReport:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:

@@ -204,6 +204,7 @@ EVENT_STYLE = {
     EventKind.CANCELLED: "yellow",
     EventKind.ASSEMBLED: "green",
     EventKind.REDRIVEN: "cyan",
+    EventKind.THROTTLED: "yellow",
 }
 
 

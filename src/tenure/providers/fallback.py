@@ -16,7 +16,7 @@ import logging
 from collections.abc import Sequence
 
 from tenure._classify import classify, describe, retry_after
-from tenure._errors import InvalidRequest, ProviderError
+from tenure._errors import InvalidRequest, ProviderError, Throttled
 from tenure.providers._base import ModelCall, ModelReply, Provider
 
 log = logging.getLogger("tenure")
@@ -61,6 +61,8 @@ class Fallback:
         attempts: list[Exception] = []
         for index, provider in enumerate(self.providers):
             try:
+                if call.through is not None:  # a model whose circuit is open is not called
+                    return call.through(provider, call)
                 return provider.complete(call)
             except Exception as exc:
                 failure_class = classify(exc)
@@ -76,6 +78,9 @@ class Fallback:
                         failure_class,
                         describe(exc),
                     )
+        if all(isinstance(a, Throttled) for a in attempts):
+            # No model could be called at all: the run waits for the soonest, uncharged.
+            raise min(attempts, key=lambda a: a.wait)  # type: ignore[attr-defined]
         raise FallbackExhausted(attempts) from attempts[-1]
 
     def close(self) -> None:
