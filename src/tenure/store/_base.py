@@ -109,6 +109,22 @@ class ModelState:
     circuit_open_until: datetime | None  # set only while open
     now: datetime  # the database's clock when read
 
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready: name, limits, calls in flight, what the buckets hold now, and when
+        the circuit closes (ISO-8601; null while closed)."""
+        return {
+            "name": self.name,
+            "requests_per_minute": self.limits.requests_per_minute,
+            "tokens_per_minute": self.limits.tokens_per_minute,
+            "concurrency": self.limits.concurrency,
+            "in_use": self.in_use,
+            "requests_available": None if self.requests is None else round(self.requests, 3),
+            "tokens_available": None if self.tokens is None else round(self.tokens, 3),
+            "circuit_open_until": (
+                self.circuit_open_until.isoformat() if self.circuit_open_until else None
+            ),
+        }
+
 
 @dataclass(frozen=True)
 class Grant:
