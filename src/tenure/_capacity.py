@@ -39,6 +39,11 @@ CHARS_PER_TOKEN = 4
 DEFAULT_OUTPUT_TOKENS = 1024
 # The shortest wait between two looks at a model's capacity (never a busy loop).
 MIN_WAIT_SECONDS = 0.02
+# A call is granted only while its buckets keep this much of their refill. The provider
+# counts a call when it arrives, a moment after the grant (the network, a busy client, other
+# processes): callers that all wake the instant a bucket can pay would otherwise arrive just
+# before the provider's bucket can. It costs a little of the burst, none of the rate.
+HEADROOM_SECONDS = 1.0
 
 
 def prompt_text(call: ModelCall) -> str:
@@ -170,10 +175,10 @@ class Capacity:
         if key not in self._registered:
             store.set_model_limits(model, limits)
             self._registered.add(key)
-        grant = store.reserve_capacity(model, lease, tokens, hold)
+        grant = store.reserve_capacity(model, lease, tokens, hold, HEADROOM_SECONDS)
         if grant is None:  # its row is gone (a database recreated under the same URL)
             store.set_model_limits(model, limits)
-            grant = store.reserve_capacity(model, lease, tokens, hold)
+            grant = store.reserve_capacity(model, lease, tokens, hold, HEADROOM_SECONDS)
         if grant is None:
             raise ProviderError(FailureClass.CONFIGURATION, f"model {model!r} has no capacity row")
         return grant

@@ -67,11 +67,12 @@ def capacity(per_minute: float) -> float:
     return max(per_minute * BURST_FRACTION, 1.0)
 
 
-def wait_for(level: float, amount: float, per_minute: float) -> float:
-    """Seconds until a bucket now at `level` can pay `amount`. An amount larger than the
-    bucket is paid once the bucket is full (it then owes the rest), so a large call is slowed
-    but never starved."""
-    needed = min(amount, capacity(per_minute)) - level
+def wait_for(level: float, amount: float, per_minute: float, headroom: float = 0.0) -> float:
+    """Seconds until a bucket now at `level` can pay `amount` and keep `headroom` seconds of
+    its refill. An amount larger than the bucket is paid once the bucket is full (it then
+    owes the rest), so a large call is slowed but never starved."""
+    keep = headroom * per_minute / SECONDS_PER_MINUTE
+    needed = min(amount + keep, capacity(per_minute)) - level
     return max(needed, 0.0) * SECONDS_PER_MINUTE / per_minute
 
 
@@ -87,14 +88,15 @@ def refusal_wait(
     in_use: int,
     circuit_seconds: float,
     estimate: float,
+    headroom: float = 0.0,
 ) -> float:
     """Seconds until a call of `estimate` tokens could be granted, given the buckets' levels
-    now, the calls in flight and how long the circuit stays open."""
+    now, the calls in flight, how long the circuit stays open and the headroom kept."""
     waits = [max(circuit_seconds, 0.0)]
     if limits.requests_per_minute is not None and requests is not None:
-        waits.append(wait_for(requests, 1, limits.requests_per_minute))
+        waits.append(wait_for(requests, 1, limits.requests_per_minute, headroom))
     if limits.tokens_per_minute is not None and tokens is not None:
-        waits.append(wait_for(tokens, estimate, limits.tokens_per_minute))
+        waits.append(wait_for(tokens, estimate, limits.tokens_per_minute, headroom))
     if limits.concurrency is not None and in_use >= limits.concurrency:
         waits.append(CONCURRENCY_RETRY_SECONDS)
     return max(waits)

@@ -327,11 +327,17 @@ class Store(Protocol):
         """Register or change a model's limits (its row); levels and circuit are kept."""
 
     def reserve_capacity(
-        self, model: str, lease: Lease, tokens: float, hold_seconds: float
+        self,
+        model: str,
+        lease: Lease,
+        tokens: float,
+        hold_seconds: float,
+        headroom_seconds: float = 0.0,
     ) -> Grant | None:
-        """Compare-and-set: one request and `tokens` from the model's buckets, and a call in
-        flight held for `lease` (at most `hold_seconds`); else the wait. None: the model has
-        no row (its limits were never registered on this database)."""
+        """Compare-and-set: one request and `tokens` from the model's buckets, granted only
+        while each bucket keeps `headroom_seconds` of its refill, and a call in flight held
+        for `lease` (at most `hold_seconds`); else the wait. None: the model has no row (its
+        limits were never registered on this database)."""
 
     def settle_capacity(self, model: str, reservation: str, refund: float) -> None:
         """The call ended: its reservation is gone and `refund` tokens (the estimate minus

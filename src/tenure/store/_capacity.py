@@ -31,15 +31,21 @@ class CapacityStore(SQLBase):
         self._write(lambda cur: cur.execute(self._q["set_model_limits"], params))
 
     def reserve_capacity(
-        self, model: str, lease: Lease, tokens: float, hold_seconds: float
+        self,
+        model: str,
+        lease: Lease,
+        tokens: float,
+        hold_seconds: float,
+        headroom_seconds: float = 0.0,
     ) -> Grant | None:
         key = {"model": model}
+        take = {**key, "tokens": tokens, "headroom": headroom_seconds}
 
         def tx(cur: Cursor) -> Grant | None:
             if cur.execute(self._q["lock_model"], key).fetchone() is None:
                 return None
             cur.execute(self._q["sweep_reservations"], key)
-            if cur.execute(self._q["reserve_capacity"], {**key, "tokens": tokens}).fetchone():
+            if cur.execute(self._q["reserve_capacity"], take).fetchone():
                 reservation = uuid.uuid4().hex
                 params = {
                     **key,
@@ -56,7 +62,13 @@ class CapacityStore(SQLBase):
             if state.circuit_open_until is not None:
                 circuit = (state.circuit_open_until - state.now).total_seconds()
             wait = refusal_wait(
-                state.limits, state.requests, state.tokens, state.in_use, circuit, tokens
+                state.limits,
+                state.requests,
+                state.tokens,
+                state.in_use,
+                circuit,
+                tokens,
+                headroom_seconds,
             )
             return Grant(None, wait, circuit_open=circuit > 0)
 

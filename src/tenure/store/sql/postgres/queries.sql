@@ -571,8 +571,9 @@ DELETE FROM tenure_model_reservations s
 
 -- name: reserve_capacity
 -- Compare-and-set: take one request and %(tokens)s from the buckets only while the circuit
--- is closed, each bucket can pay (a call larger than its bucket waits for a full one, then
--- owes the rest) and fewer than `concurrency` calls are in flight.
+-- is closed, each bucket can pay and keep %(headroom)s seconds of its refill (a call larger
+-- than its bucket waits for a full one, then owes the rest) and fewer than `concurrency`
+-- calls are in flight.
 WITH t AS (SELECT {now} AS now),
 m AS (
     SELECT m.name, m.circuit_open_until, m.concurrency,
@@ -584,7 +585,9 @@ m AS (
                LEAST(GREATEST(m.tokens_per_minute / 10, 1),
                      m.tokens + EXTRACT(EPOCH FROM t.now - m.refilled_at)::float8
                                 * m.tokens_per_minute / 60) END AS tokens,
-           GREATEST(m.tokens_per_minute / 10, 1) AS token_capacity
+           GREATEST(m.requests_per_minute / 10, 1) AS request_capacity,
+           GREATEST(m.tokens_per_minute / 10, 1) AS token_capacity,
+           m.requests_per_minute, m.tokens_per_minute
       FROM tenure_models m, t
      WHERE m.name = %(model)s
 )
@@ -594,8 +597,10 @@ UPDATE tenure_models x
   FROM m, t
  WHERE x.name = m.name
    AND (m.circuit_open_until IS NULL OR m.circuit_open_until <= t.now)
-   AND (m.requests IS NULL OR m.requests >= 1)
-   AND (m.tokens IS NULL OR m.tokens >= LEAST(%(tokens)s, m.token_capacity))
+   AND (m.requests IS NULL OR m.requests >= LEAST(
+        1 + %(headroom)s * m.requests_per_minute / 60, m.request_capacity))
+   AND (m.tokens IS NULL OR m.tokens >= LEAST(
+        %(tokens)s + %(headroom)s * m.tokens_per_minute / 60, m.token_capacity))
    AND (m.concurrency IS NULL OR m.concurrency > (
         SELECT count(*) FROM tenure_model_reservations s WHERE s.model = m.name))
 RETURNING x.name;

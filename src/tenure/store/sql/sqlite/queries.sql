@@ -429,8 +429,9 @@ DELETE FROM tenure_model_reservations
 
 -- name: reserve_capacity
 -- Compare-and-set: take one request and :tokens from the buckets only while the circuit is
--- closed, each bucket can pay (a call larger than its bucket waits for a full one, then
--- owes the rest) and fewer than `concurrency` calls are in flight.
+-- closed, each bucket can pay and keep :headroom seconds of its refill (a call larger than
+-- its bucket waits for a full one, then owes the rest) and fewer than `concurrency` calls
+-- are in flight.
 UPDATE tenure_models
    SET requests = MIN(MAX(requests_per_minute / 10.0, 1.0),
                       requests + ({now} - refilled_at) * requests_per_minute / 60.0) - 1,
@@ -441,11 +442,14 @@ UPDATE tenure_models
    AND (circuit_open_until IS NULL OR circuit_open_until <= {now})
    AND (requests_per_minute IS NULL
         OR MIN(MAX(requests_per_minute / 10.0, 1.0),
-               requests + ({now} - refilled_at) * requests_per_minute / 60.0) >= 1)
+               requests + ({now} - refilled_at) * requests_per_minute / 60.0)
+           >= MIN(1 + :headroom * requests_per_minute / 60.0,
+                  MAX(requests_per_minute / 10.0, 1.0)))
    AND (tokens_per_minute IS NULL
         OR MIN(MAX(tokens_per_minute / 10.0, 1.0),
                tokens + ({now} - refilled_at) * tokens_per_minute / 60.0)
-           >= MIN(:tokens, MAX(tokens_per_minute / 10.0, 1.0)))
+           >= MIN(:tokens + :headroom * tokens_per_minute / 60.0,
+                  MAX(tokens_per_minute / 10.0, 1.0)))
    AND (concurrency IS NULL OR concurrency > (
         SELECT count(*) FROM tenure_model_reservations WHERE model = :model))
 RETURNING name;
