@@ -15,7 +15,9 @@ import pytest
 from ._postgres import Cluster
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-SCRIPTS = ["drain", "steps", "recovery", "growth", "limit", "memory", "concurrency", "paths"]
+SCRIPTS = [
+    "drain", "steps", "recovery", "growth", "limit", "memory", "concurrency", "paths", "capacity",
+]  # fmt: skip
 TIMEOUT_SECONDS = 240
 
 

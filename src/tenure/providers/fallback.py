@@ -7,6 +7,11 @@ wrong with the run or its setup, which another endpoint would not fix, so it is 
 unchanged. When every provider failed, `FallbackExhausted` carries every attempt and is
 classified (and carries `retry_after`) by the last one, so failure recovery treats the chain
 as it would have treated that provider alone.
+
+A member registered under its own name with `Limits` is called through the engine's capacity
+(`ModelCall.through`, SPEC §17): one whose circuit is open, or that has no capacity now, is
+skipped without being called. When no member could be called at all, the soonest one's
+`Throttled` is raised, and the run is parked, uncharged, instead of failing.
 """
 
 from __future__ import annotations
