@@ -13,6 +13,7 @@ import pytest
 
 import tenure
 from tenure import EventKind, Limits, Outcome, RunRequest, RunStatus
+from tenure.audit import audit
 from tenure.providers import Fallback, Scripted
 from tenure.providers._base import ModelCall, ModelReply
 
@@ -90,6 +91,8 @@ def test_a_long_wait_parks_the_run_uncharged_and_it_resumes_from_its_journal(
     assert run.requeue_count == 0
     assert seen == ["a"]  # the tool step was not repeated
     assert kinds(rt, run_id).count("llm") == 2  # one per answer: the first was not asked again
+    report = audit(rt.store)  # a parked run's history is a legal one
+    assert report.ok, report
 
 
 def test_a_rate_limit_with_retry_after_opens_the_circuit_for_every_worker(
