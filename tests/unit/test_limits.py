@@ -63,3 +63,11 @@ def test_a_bucket_holds_a_tenth_of_its_minute_and_refills_evenly() -> None:
     assert wait_for(0.5, 1, 60) == pytest.approx(0.5)
     # A call larger than the bucket waits only for a full bucket, never forever.
     assert wait_for(0.0, 10_000, 6_000) == pytest.approx(6.0)
+
+
+def test_headroom_keeps_part_of_the_refill_in_hand() -> None:
+    # At 60 a minute, one second of headroom is one request kept in the bucket.
+    assert wait_for(2.0, 1, 60, headroom=1.0) == 0.0
+    assert wait_for(1.5, 1, 60, headroom=1.0) == pytest.approx(0.5)
+    # Never more than a full bucket: a bucket of 1 still grants when full.
+    assert wait_for(1.0, 1, 6, headroom=1.0) == 0.0
