@@ -16,7 +16,8 @@ from ._postgres import Cluster
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = [
-    "drain", "steps", "recovery", "growth", "limit", "memory", "concurrency", "paths", "stream"
+    "drain", "steps", "recovery", "growth", "limit", "memory", "concurrency", "paths", "capacity",
+    "stream",
 ]  # fmt: skip
 TIMEOUT_SECONDS = 240
 

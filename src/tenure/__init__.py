@@ -18,6 +18,7 @@ from tenure._errors import (
     UnknownModel,
     UnknownTool,
 )
+from tenure._limits import Limits
 from tenure._types import (
     Delta,
     Event,
@@ -50,6 +51,7 @@ __all__ = [
     "FailureClass",
     "FallbackExhausted",
     "InvalidRequest",
+    "Limits",
     "Outcome",
     "Probe",
     "ProviderError",

@@ -7,6 +7,8 @@ TenureError
  ├── Cancelled                              the segment lost its run while a step ran
  ├── ProviderError                          a step failed; carries its FailureClass
  │    ├── RetryableError                    raised by a tool: fail the step, retry the run
+ │    ├── Throttled                         a model call not made: no capacity now (internal;
+ │    │                                     the run waits or is parked, never charged)
  │    └── FallbackExhausted                 every model of a Fallback chain failed
  │                                          (defined in tenure.providers.fallback, which
  │                                          classifies it: this module imports nothing
@@ -74,6 +76,23 @@ class RetryableError(ProviderError):
         retry_after: float | None = None,
     ) -> None:
         super().__init__(failure_class, message, retry_after=retry_after)
+
+
+class Throttled(ProviderError):
+    """A model call that was not made: its model has no capacity now, or its circuit is open
+    (SPEC §17). The segment waits `wait` seconds if that is short, else parks the run; either
+    way nothing is charged. Classified `circuit_open`, so a `Fallback` tries its next model."""
+
+    def __init__(self, model: str, wait: float, *, circuit: bool) -> None:
+        why = "its circuit is open" if circuit else "no capacity"
+        super().__init__(
+            FailureClass.CIRCUIT_OPEN,
+            f"model {model!r}: {why} for {wait:.1f} s",
+            retry_after=wait,
+        )
+        self.model = model
+        self.wait = wait
+        self.circuit = circuit
 
 
 class StoreError(TenureError):

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from tenure import _indoubt, _policy, _recovery, _requests
 from tenure._classify import describe
-from tenure._errors import Cancelled, LeaseLost, ProviderError, RunCancelled, UnknownModel
+from tenure._errors import (
+    Cancelled,
+    LeaseLost,
+    ProviderError,
+    RunCancelled,
+    Throttled,
+    UnknownModel,
+)
 from tenure._types import (
     Event,
     EventKind,
@@ -40,6 +47,7 @@ from tenure.providers._base import ModelCall, ModelReply, Provider
 from tenure.store._base import NO_USAGE, Lease, NewEvent, Settlement, Store
 
 if TYPE_CHECKING:
+    from tenure._capacity import Capacity
     from tenure._keeper import Keeper
     from tenure._publisher import DeltaPublisher
 
@@ -65,6 +73,7 @@ class Engine:
     keeper: Keeper | None = None  # renews the leases of segments in flight (SPEC §15)
     model_timeouts: dict[str, float] = field(default_factory=dict)  # by model name
     deltas: DeltaPublisher | None = None  # publishes streaming calls' text (SPEC §18)
+    capacity: Capacity | None = None  # the models with limits (SPEC §17)
 
     def model_timeout(self, name: str) -> float:
         return self.model_timeouts.get(name, _policy.DEFAULT_MODEL_TIMEOUT)
@@ -201,6 +210,10 @@ class Segment:
             return self._result(Outcome.CANCELLED)
         except Cancelled:  # a step aborted because the keeper found the run gone
             return self._result(Outcome.CANCELLED if self._lost_cancelled else Outcome.LEASE_LOST)
+        except Throttled as exc:
+            if self.interactive or self._abort.is_set():
+                return self._recover(exc)
+            return self._park(exc)
         except Exception as exc:
             if self._abort.is_set():  # whatever the aborted step raised: nothing to record
                 return self._result(
@@ -272,11 +285,17 @@ class Segment:
         if stream is not None:
             call = dataclasses.replace(call, on_delta=stream.add)
         try:
-            with self.step_deadline(self.engine.model_timeout(call.request.model)):
-                return provider.complete(call)
+            return self._call_model(call.request.model, provider, call)
         finally:
             if stream is not None:
                 stream.close()
+
+    def _call_model(self, model: str, provider: Provider, call: ModelCall) -> ModelReply:
+        capacity = self.engine.capacity
+        if capacity is not None and capacity.active:
+            return capacity.call(self, model, provider, call)
+        with self.step_deadline(self.engine.model_timeout(model)):
+            return provider.complete(call)
 
     @property
     def abort_signal(self) -> threading.Event:
@@ -508,6 +527,28 @@ class Segment:
     def fence(self) -> ToolEffect | None:
         """The effect of the write this segment has in flight (its fence stands)."""
         return self._fence
+
+    def _park(self, throttled: Throttled) -> RunResult:
+        """No capacity for the model until later (SPEC §17): back to the queue until then,
+        with a `throttled` event, not charged to the requeue budget."""
+        payload = {
+            "model": throttled.model,
+            "why": "circuit_open" if throttled.circuit else "capacity",
+            "delay": round(throttled.wait, 3),
+            "worker": self.lease.owner,
+        }
+        try:
+            self._last_write()
+            if not self.store.park(self.lease, throttled.wait, payload):
+                self._lost()
+        except LeaseLost:
+            return self._result(Outcome.LEASE_LOST)
+        except RunCancelled:
+            return self._result(Outcome.CANCELLED)
+        except Exception:  # the park could not be stored: recovery decides, as for a failure
+            return self._recover(throttled)
+        log.info("run %s: parked %.1fs: %s", self.run_id, throttled.wait, throttled)
+        return self._result(Outcome.REQUEUED, error=throttled)
 
     def _recover(self, exc: Exception) -> RunResult:
         outcome = _recovery.recover(self, exc)

@@ -110,6 +110,7 @@ class EventKind(StrEnum):
     CANCELLED = "cancelled"
     REDRIVEN = "redriven"
     PROBE = "probe"
+    THROTTLED = "throttled"
 
 
 @dataclass(frozen=True)

@@ -308,6 +308,12 @@ def _on_redriven(w: _Walk, e: Event) -> None:
     w.redrives.append(e)
 
 
+def _on_throttled(w: _Walk, e: Event) -> None:
+    # A parked run (SPEC §17): its owner gave it back to wait for its model, uncharged.
+    w.release(e, by_owner=True)
+    w.unstarted = False
+
+
 _HANDLERS = {
     EventKind.REQUEST: _on_request,
     EventKind.CLAIMED: _on_claimed,
@@ -319,6 +325,7 @@ _HANDLERS = {
     EventKind.DEAD_LETTERED: _on_dead_lettered,
     EventKind.CANCELLED: _on_cancelled,
     EventKind.REDRIVEN: _on_redriven,
+    EventKind.THROTTLED: _on_throttled,
     EventKind.APPROVAL: _on_human,
     EventKind.INPUT: _on_human,
 }

@@ -12,10 +12,12 @@ from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from tenure import _policy, _requests
+from tenure._capacity import Capacity, unused_model
 from tenure._errors import DecisionConflict, InvalidRequest
 from tenure._follow import follow
 from tenure._keeper import Keeper
 from tenure._ladder import Engine, Segment, Settings
+from tenure._limits import Limits
 from tenure._publisher import DeltaPublisher
 from tenure._reaper import DEFAULT_REAP_LIMIT, Reaper
 from tenure._types import (
@@ -37,7 +39,7 @@ from tenure.providers._awaited import Awaited
 from tenure.providers._base import AsyncProvider, Provider
 from tenure.providers.scripted import Scripted
 from tenure.store import open_store
-from tenure.store._base import Claimed, NewEvent, NewRun, Store
+from tenure.store._base import Claimed, ModelState, NewEvent, NewRun, Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DATABASE_URL = "sqlite:///tenure.db"
@@ -113,6 +115,7 @@ class Runtime:
         self._model_timeouts: dict[str, float] = {}
         self._keeper = Keeper(lambda: self.store)
         self._deltas = DeltaPublisher(lambda: self.store)
+        self._capacity = Capacity(lambda: self.store)
         self._store: Store | None = None
         self._lock = threading.Lock()
         self._identity = f"run:{socket.gethostname()}:{os.getpid()}"
@@ -146,6 +149,7 @@ class Runtime:
             self.settings,
             self._keeper,
             self._model_timeouts,
+            capacity=self._capacity,
             deltas=self._deltas,
         )
 
@@ -199,9 +203,13 @@ class Runtime:
         provider: Provider | AsyncProvider,
         *,
         timeout: float = _policy.DEFAULT_MODEL_TIMEOUT,
+        limits: Limits | None = None,
     ) -> None:
         """Register a model under `name`. A call to it may take up to `timeout` seconds: the
         lease keeper renews the run's lease until then, and not after (SPEC §15).
+
+        `limits` (`tenure.Limits`) caps what every worker on this database together sends
+        the model, and shares its circuit (SPEC §17); without it calls are not counted.
 
         A provider whose `complete` is a coroutine function is awaited on the process's
         event loop; past `timeout` its call is cancelled and fails as a `timeout`."""
@@ -211,11 +219,14 @@ class Runtime:
         if not callable(complete):
             raise InvalidRequest(f"model {name!r}: a provider needs a complete(call) method")
         seconds = _positive(f"model {name!r}: timeout", timeout)
+        if limits is not None and not isinstance(limits, Limits):
+            raise InvalidRequest(f"model {name!r}: limits must be a tenure.Limits, got {limits!r}")
         self._model_timeouts[name] = seconds
         if inspect.iscoroutinefunction(complete):
             self._models[name] = Awaited(cast(AsyncProvider, provider), seconds)
         else:
             self._models[name] = cast(Provider, provider)
+        self._capacity.add(name, cast(Provider, provider), limits)
 
     @property
     def tool_names(self) -> list[str]:
@@ -452,6 +463,17 @@ class Runtime:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidRequest(f"limit must be a positive whole number, got {limit!r}")
         return self.store.runs(status, reason, queue, limit)
+
+    def models(self) -> list[ModelState]:
+        """The shared capacity of every model with limits (SPEC §17): those this database
+        has a row for (registered by any worker) and this runtime's own, by name."""
+        found = {m.name: m for m in self.store.models()}
+        now = None
+        for name, limits in self._capacity.limits().items():
+            if name not in found:
+                now = now or self.store.now()
+                found[name] = unused_model(name, limits, now)
+        return [found[name] for name in sorted(found)]
 
     def reap(self, limit: int = DEFAULT_REAP_LIMIT) -> ReapReport:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:

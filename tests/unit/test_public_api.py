@@ -19,6 +19,7 @@ EXPECTED = {
     "FailureClass",
     "FallbackExhausted",
     "InvalidRequest",
+    "Limits",
     "Outcome",
     "Probe",
     "ProviderError",

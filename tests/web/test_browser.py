@@ -306,6 +306,18 @@ def test_live_leases_by_worker_and_a_reaper_pass(page: Any, rt: tenure.Runtime) 
     assert rt.status(stale).status is RunStatus.QUEUED  # type: ignore[union-attr]
 
 
+def test_the_leases_page_lists_models_and_open_circuits(page: Any, rt: tenure.Runtime) -> None:
+    rt.add_model("gpt", tenure.providers.Scripted(), limits=tenure.Limits(600, 90_000, 8))
+    rt.store.set_model_limits("gpt", tenure.Limits(600, 90_000, 8))
+    rt.store.open_circuit("gpt", 600)
+    log_in(page)
+    page.goto("/leases")
+    row = page.locator("table.models tr[data-model='gpt']").inner_text()
+    assert "600" in row and "90000" in row and "8" in row
+    assert "in 9m" in row  # the circuit closes in about ten minutes
+    shot(page, "models")
+
+
 def test_a_run_page_follows_the_live_run(page: Any, rt: tenure.Runtime) -> None:
     from playwright.sync_api import expect
 

@@ -135,3 +135,18 @@ def test_opentelemetry_spans_per_run_and_step(rt: tenure.Runtime) -> None:
     assert tool.parent is not None and tool.parent.span_id == run_span.context.span_id
     assert tool.attributes is not None and tool.attributes["tenure.effect"] == "read_only"
     assert "tenure.step llm" in spans
+
+
+def test_models_with_limits_show_calls_in_flight_circuits_and_parked_runs(db_url: str) -> None:
+    with tenure.Runtime(db_url, lease_seconds=3) as rt:
+        rt.add_model("m", tenure.providers.Scripted(), limits=tenure.Limits(requests_per_minute=6))
+        client = TestClient(create_app(rt, token=TOKEN))
+        ok = RunRequest(prompt="x", model="m", script=[{"say": "ok"}])
+        rt.run_queued(rt.enqueue(ok))  # the bucket (of 1) is empty: the next call waits 10 s
+        parked = rt.run_queued(rt.enqueue(ok))
+        assert parked is not None and parked.outcome is tenure.Outcome.REQUEUED
+        rt.store.open_circuit("m", 120)
+        text = client.get("/metrics", headers=AUTH).text
+    assert value(text, "tenure_model_in_use", model="m") == 0
+    assert 100 < value(text, "tenure_model_circuit_open", model="m") <= 120
+    assert value(text, "tenure_parked_total", model="m", why="capacity") == 1

@@ -54,3 +54,18 @@ def test_runs_page_filters_and_pages(client: TestClient, rt: tenure.Runtime) -> 
     )
     none = client.get("/?status=running")
     assert "no runs" in none.text
+
+
+def test_the_leases_page_shows_models_with_limits(client: TestClient, rt: tenure.Runtime) -> None:
+    login(client)
+    assert "<h2>Models</h2>" not in client.get("/leases").text  # none has limits yet
+    rt.add_model("gpt", tenure.providers.Scripted(), limits=tenure.Limits(600, None, 4))
+    rt.add_model("claude", tenure.providers.Scripted(), limits=tenure.Limits())
+    rt.store.set_model_limits("claude", tenure.Limits())
+    rt.store.open_circuit("claude", 300)
+    page = client.get("/leases").text
+    assert "<h2>Models</h2>" in page
+    gpt = page.split('data-model="gpt"', 1)[1].split("</tr>", 1)[0]
+    assert "600.0" in gpt and ">4<" in gpt and "closed" in gpt
+    claude = page.split('data-model="claude"', 1)[1].split("</tr>", 1)[0]
+    assert "closed" not in claude and "in 4m" in claude

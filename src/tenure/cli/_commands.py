@@ -31,6 +31,7 @@ from tenure.cli._human import HANDLERS as human_handlers
 from tenure.cli._output import (
     err,
     event_line,
+    models_table,
     out,
     plural,
     print_json,
@@ -173,6 +174,17 @@ def runs(ctx: Context, args: argparse.Namespace) -> int:
         runs_table(found)
     else:
         out.print("no runs")
+    return 0
+
+
+def models(ctx: Context, args: argparse.Namespace) -> int:
+    found = ctx.app.models()
+    if args.json:
+        print_json([m.to_json() for m in found])
+    elif found:
+        models_table(found)
+    else:
+        out.print("no models with limits")
     return 0
 
 
@@ -348,6 +360,7 @@ HANDLERS = {
     "worker": worker,
     "reap": reap,
     "runs": runs,
+    "models": models,
     "status": status,
     "events": events,
     "cancel": cancel,

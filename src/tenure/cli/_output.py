@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tenure import Event, EventKind, Run, RunStatus, TerminationReason
+from tenure.store._base import ModelState
 
 # markup=False: run outputs, errors and prompts are user text and must print verbatim.
 out = Console(highlight=False, markup=False, soft_wrap=True)
@@ -102,6 +103,27 @@ def runs_table(runs: Sequence[Run]) -> None:
                 clip(f"DAMAGED {r.damaged}" if r.damaged else r.error, 60),
             ]
             for r in runs
+        ),
+    )
+
+
+def _limit(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def models_table(models: Sequence[ModelState]) -> None:
+    table(
+        ["name", "requests/min", "tokens/min", "concurrency", "in use", "circuit open until"],
+        (
+            [
+                m.name,
+                _limit(m.limits.requests_per_minute),
+                _limit(m.limits.tokens_per_minute),
+                _limit(m.limits.concurrency),
+                str(m.in_use),
+                Text(when(m.circuit_open_until), style="bold red") if m.circuit_open_until else "",
+            ]
+            for m in models
         ),
     )
 
@@ -204,6 +226,7 @@ EVENT_STYLE = {
     EventKind.CANCELLED: "yellow",
     EventKind.ASSEMBLED: "green",
     EventKind.REDRIVEN: "cyan",
+    EventKind.THROTTLED: "yellow",
 }
 
 

@@ -102,6 +102,10 @@ class ModelCall:
     # Set when the segment lost its run mid-call: a provider stops waiting and raises
     # `tenure.Cancelled` (an HTTP provider closes its request).
     abort: threading.Event | None = None
+    # How a provider that calls other providers (`Fallback`) calls one of them: through the
+    # engine's capacity (SPEC §17), which skips a model whose circuit is open without
+    # calling it. None: call the provider directly.
+    through: Callable[[Provider, ModelCall], ModelReply] | None = None
 
 
 class Provider(Protocol):

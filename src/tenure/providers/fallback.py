@@ -7,6 +7,11 @@ wrong with the run or its setup, which another endpoint would not fix, so it is 
 unchanged. When every provider failed, `FallbackExhausted` carries every attempt and is
 classified (and carries `retry_after`) by the last one, so failure recovery treats the chain
 as it would have treated that provider alone.
+
+A member registered under its own name with `Limits` is called through the engine's capacity
+(`ModelCall.through`, SPEC §17): one whose circuit is open, or that has no capacity now, is
+skipped without being called. When no member could be called at all, the soonest one's
+`Throttled` is raised, and the run is parked, uncharged, instead of failing.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import logging
 from collections.abc import Sequence
 
 from tenure._classify import classify, describe, retry_after
-from tenure._errors import InvalidRequest, ProviderError
+from tenure._errors import InvalidRequest, ProviderError, Throttled
 from tenure.providers._base import ModelCall, ModelReply, Provider
 
 log = logging.getLogger("tenure")
@@ -61,6 +66,8 @@ class Fallback:
         attempts: list[Exception] = []
         for index, provider in enumerate(self.providers):
             try:
+                if call.through is not None:  # a model whose circuit is open is not called
+                    return call.through(provider, call)
                 return provider.complete(call)
             except Exception as exc:
                 failure_class = classify(exc)
@@ -76,6 +83,9 @@ class Fallback:
                         failure_class,
                         describe(exc),
                     )
+        if all(isinstance(a, Throttled) for a in attempts):
+            # No model could be called at all: the run waits for the soonest, uncharged.
+            raise min(attempts, key=lambda a: a.wait)  # type: ignore[attr-defined]
         raise FallbackExhausted(attempts) from attempts[-1]
 
     def close(self) -> None:

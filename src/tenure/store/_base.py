@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tenure._limits import Limits
 from tenure._types import (
     Event,
     EventKind,
@@ -127,6 +128,45 @@ class WorkerRow:
     started_at: datetime
     last_seen: datetime
     stopped_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """A model's shared capacity as the database has it now (SPEC §17)."""
+
+    name: str
+    limits: Limits
+    in_use: int  # calls in flight whose run still holds its lease
+    requests: float | None  # the requests bucket's level now; None: no such limit
+    tokens: float | None
+    circuit_open_until: datetime | None  # set only while open
+    now: datetime  # the database's clock when read
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready: name, limits, calls in flight, what the buckets hold now, and when
+        the circuit closes (ISO-8601; null while closed)."""
+        return {
+            "name": self.name,
+            "requests_per_minute": self.limits.requests_per_minute,
+            "tokens_per_minute": self.limits.tokens_per_minute,
+            "concurrency": self.limits.concurrency,
+            "in_use": self.in_use,
+            "requests_available": None if self.requests is None else round(self.requests, 3),
+            "tokens_available": None if self.tokens is None else round(self.tokens, 3),
+            "circuit_open_until": (
+                self.circuit_open_until.isoformat() if self.circuit_open_until else None
+            ),
+        }
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What `reserve_capacity` answered: a reservation, or how long until capacity is
+    expected back (and whether that is the circuit)."""
+
+    reservation: str | None
+    wait: float = 0.0
+    circuit_open: bool = False
 
 
 class Store(Protocol):
@@ -337,5 +377,37 @@ class Store(Protocol):
 
     def run_progress(self, run_id: str) -> tuple[RunStatus, int] | None:
         """A run's status and the sequence of its last event."""
+
+    # -- provider capacity (SPEC §17) ----------------------------------------------------
+
+    def set_model_limits(self, model: str, limits: Limits) -> None:
+        """Register or change a model's limits (its row); levels and circuit are kept."""
+
+    def reserve_capacity(
+        self,
+        model: str,
+        lease: Lease,
+        tokens: float,
+        hold_seconds: float,
+        headroom_seconds: float = 0.0,
+    ) -> Grant | None:
+        """Compare-and-set: one request and `tokens` from the model's buckets, granted only
+        while each bucket keeps `headroom_seconds` of its refill, and a call in flight held
+        for `lease` (at most `hold_seconds`); else the wait. None: the model has no row (its
+        limits were never registered on this database)."""
+
+    def settle_capacity(self, model: str, reservation: str, refund: float) -> None:
+        """The call ended: its reservation is gone and `refund` tokens (the estimate minus
+        the actual use; negative when it used more) go back to the bucket."""
+
+    def open_circuit(self, model: str, seconds: float) -> None:
+        """Nobody calls the model for `seconds` (an open circuit is never shortened)."""
+
+    def models(self, name: str | None = None) -> list[ModelState]:
+        """Every model with a row (or that one), by name."""
+
+    def park(self, lease: Lease, delay: float, payload: dict[str, Any]) -> bool:
+        """Back to the queue until `delay` from now, not charged to the budget, with a
+        `throttled` event of `payload`; False if the run is not ours."""
 
     def close(self) -> None: ...

@@ -4,6 +4,7 @@ plumbing of `_sqlbase.py`. A dialect (sqlite.py, postgres.py) subclasses `SQLSto
 
 from __future__ import annotations
 
+from tenure.store._capacity import CapacityStore
 from tenure.store._maintenance import Maintenance
 from tenure.store._owner import OwnerTransitions
 from tenure.store._reads import Reads
@@ -14,5 +15,5 @@ from tenure.store._workers import WorkerRows
 __all__ = ["Cursor", "SQLStore"]
 
 
-class SQLStore(OwnerTransitions, Maintenance, Reads, WorkerRows, Streaming):
+class SQLStore(OwnerTransitions, Maintenance, Reads, WorkerRows, Streaming, CapacityStore):
     """Every transition and read of the Store protocol, for one SQL dialect."""

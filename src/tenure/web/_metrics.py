@@ -175,6 +175,36 @@ class QueuesCollector(Collector):
         yield expired
 
 
+class ModelsCollector(Collector):
+    """Per model with limits (SPEC §17), read from the store per scrape:
+    `tenure_model_in_use{model}` (calls in flight, every worker's) and
+    `tenure_model_circuit_open{model}` (seconds until its circuit closes; 0: closed)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            models = self.store.models()
+        except Exception as exc:  # tenure_database_up already says the store did not answer
+            log.warning("metrics: cannot read models: %s", exc)
+            return
+        in_use = GaugeMetricFamily(
+            "tenure_model_in_use", "Calls in flight to a model with limits", labels=["model"]
+        )
+        circuit = GaugeMetricFamily(
+            "tenure_model_circuit_open",
+            "Seconds until a model's open circuit closes (0: closed)",
+            labels=["model"],
+        )
+        for m in models:
+            in_use.add_metric([m.name], m.in_use)
+            until = m.circuit_open_until
+            circuit.add_metric([m.name], (until - m.now).total_seconds() if until else 0.0)
+        yield in_use
+        yield circuit
+
+
 class Metrics:
     """The counters of one process, in a registry of their own."""
 
@@ -208,6 +238,12 @@ class Metrics:
         self.model_tokens = Counter(
             "tenure_model_tokens", "Model tokens, by direction", ["direction"], registry=r
         )
+        self.parked = Counter(
+            "tenure_parked",
+            "Runs parked to wait for their model's capacity (not charged), by model and why",
+            ["model", "why"],
+            registry=r,
+        )
         for cause in ("failure", "stale", "drain", "unstarted", "unserved"):
             self.requeues.labels(cause)
         for reason in ("retries_exhausted", "not_retryable"):
@@ -224,6 +260,7 @@ class Metrics:
             self.registry.register(self._runs)
             self.registry.register(QueuesCollector(store))
             self.registry.register(WorkersCollector(store))
+            self.registry.register(ModelsCollector(store))
 
 
 class ObservedStore:
@@ -359,6 +396,16 @@ class ObservedStore:
         if won:
             self.metrics.requeues.labels("failure").inc()
             self._ended(lease, "requeued")
+        else:
+            self._missed(lease)
+        return won
+
+    def park(self, lease: Lease, delay: float, payload: dict[str, Any]) -> bool:
+        won = self.inner.park(lease, delay, payload)
+        if won:
+            model, why = str(payload.get("model", "")), str(payload.get("why", ""))
+            self.metrics.parked.labels(model, why).inc()
+            self._ended(lease, "parked")
         else:
             self._missed(lease)
         return won

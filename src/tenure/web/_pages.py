@@ -398,7 +398,14 @@ def leases_page(request: Request) -> Response:
         return caller
     web = web_of(request)
     now = web.store.now()
-    return render(request, "leases.html", holders=web.leases(), workers=web.workers(now), now=now)
+    return render(
+        request,
+        "leases.html",
+        holders=web.leases(),
+        workers=web.workers(now),
+        models=web.runtime.models(),
+        now=now,
+    )
 
 
 @router.post("/reap")

@@ -35,6 +35,7 @@ _LIFECYCLE = {
     EventKind.DEAD_LETTERED,
     EventKind.CANCELLED,
     EventKind.REDRIVEN,
+    EventKind.THROTTLED,
 }
 # Structural payload keys shown without reveal, per event kind.
 _SHOWN: dict[str, frozenset[str]] = {
@@ -340,6 +341,9 @@ _TITLES: dict[str, Callable[[Event, dict[str, Any]], str]] = {
     EventKind.REQUEUED: _requeued_title,
     EventKind.DEAD_LETTERED: lambda e, p: f"dead-lettered: {p.get('reason', '?')}",
     EventKind.REDRIVEN: lambda e, p: "redriven" + (" (forced)" if p.get("force") else ""),
+    EventKind.THROTTLED: lambda e, p: (
+        f"parked for model {p.get('model', '?')} ({p.get('why', '?')}, {p.get('delay', '?')} s)"
+    ),
     EventKind.TOOL: _tool_title,
     EventKind.PROBE: _probe_title,
     EventKind.LLM: _llm_title,

@@ -582,3 +582,143 @@ SELECT status, last_sequence FROM tenure_runs WHERE id = %(id)s;
 -- name: deltas_since
 -- PostgreSQL keeps no deltas: nothing to read (see deltas_after).
 SELECT NULL::bigint, NULL::text, NULL::integer, NULL::integer, NULL::text WHERE false;
+
+-- name: set_model_limits
+-- Register (or change) a model's limits. A new row starts with full buckets; a changed limit
+-- keeps what its bucket holds, up to the new capacity; the circuit is left as it is.
+INSERT INTO tenure_models AS m (name, requests_per_minute, tokens_per_minute, concurrency,
+                                requests, tokens, refilled_at, updated_at)
+VALUES (%(model)s, %(rpm)s, %(tpm)s, %(concurrency)s, %(requests)s, %(tokens)s, {now},
+        {now})
+ON CONFLICT (name) DO UPDATE
+   SET requests = CASE WHEN excluded.requests IS NULL THEN NULL
+                       WHEN m.requests IS NULL THEN excluded.requests
+                       ELSE LEAST(m.requests, excluded.requests) END,
+       tokens = CASE WHEN excluded.tokens IS NULL THEN NULL
+                     WHEN m.tokens IS NULL THEN excluded.tokens
+                     ELSE LEAST(m.tokens, excluded.tokens) END,
+       requests_per_minute = excluded.requests_per_minute,
+       tokens_per_minute = excluded.tokens_per_minute,
+       concurrency = excluded.concurrency, updated_at = {now};
+
+-- name: lock_model
+-- The model's row, locked before a reservation or a settlement changes it: the statements
+-- after it in the transaction then see every earlier writer's reservations and levels.
+SELECT name FROM tenure_models WHERE name = %(model)s FOR UPDATE;
+
+-- name: sweep_reservations
+-- Forget the calls in flight whose run no longer holds the lease they were made under (the
+-- worker died, the run was reaped or cancelled) or that outlived their hold: their
+-- concurrency is free again.
+DELETE FROM tenure_model_reservations s
+ WHERE s.model = %(model)s
+   AND (s.expires_at <= {now} OR NOT EXISTS (
+        SELECT 1 FROM tenure_runs r
+         WHERE r.id = s.run_id AND r.status = 'running' AND r.lease_token = s.lease_token
+           AND r.lease_expires > {now}));
+
+-- name: reserve_capacity
+-- Compare-and-set: take one request and %(tokens)s from the buckets only while the circuit
+-- is closed, each bucket can pay and keep %(headroom)s seconds of its refill (a call larger
+-- than its bucket waits for a full one, then owes the rest) and fewer than `concurrency`
+-- calls are in flight.
+WITH t AS (SELECT {now} AS now),
+m AS (
+    SELECT m.name, m.circuit_open_until, m.concurrency,
+           CASE WHEN m.requests_per_minute IS NOT NULL THEN
+               LEAST(GREATEST(m.requests_per_minute / 10, 1),
+                     m.requests + EXTRACT(EPOCH FROM t.now - m.refilled_at)::float8
+                                  * m.requests_per_minute / 60) END AS requests,
+           CASE WHEN m.tokens_per_minute IS NOT NULL THEN
+               LEAST(GREATEST(m.tokens_per_minute / 10, 1),
+                     m.tokens + EXTRACT(EPOCH FROM t.now - m.refilled_at)::float8
+                                * m.tokens_per_minute / 60) END AS tokens,
+           GREATEST(m.requests_per_minute / 10, 1) AS request_capacity,
+           GREATEST(m.tokens_per_minute / 10, 1) AS token_capacity,
+           m.requests_per_minute, m.tokens_per_minute
+      FROM tenure_models m, t
+     WHERE m.name = %(model)s
+)
+UPDATE tenure_models x
+   SET requests = m.requests - 1, tokens = m.tokens - %(tokens)s, refilled_at = t.now,
+       updated_at = t.now
+  FROM m, t
+ WHERE x.name = m.name
+   AND (m.circuit_open_until IS NULL OR m.circuit_open_until <= t.now)
+   AND (m.requests IS NULL OR m.requests >= LEAST(
+        1 + %(headroom)s * m.requests_per_minute / 60, m.request_capacity))
+   AND (m.tokens IS NULL OR m.tokens >= LEAST(
+        %(tokens)s + %(headroom)s * m.tokens_per_minute / 60, m.token_capacity))
+   AND (m.concurrency IS NULL OR m.concurrency > (
+        SELECT count(*) FROM tenure_model_reservations s WHERE s.model = m.name))
+RETURNING x.name;
+
+-- name: add_reservation
+-- The call just granted, held for its run's lease (and at most %(hold)s seconds).
+INSERT INTO tenure_model_reservations (id, model, run_id, lease_token, tokens, expires_at,
+                                       created_at)
+VALUES (%(id)s, %(model)s, %(run_id)s, %(token)s, %(tokens)s,
+        {now} + make_interval(secs => %(hold)s), {now});
+
+-- name: settle_capacity
+-- After the call: the buckets refilled to now, the tokens bucket given back %(refund)s (the
+-- estimate minus what the call really used; negative when it used more).
+WITH t AS (SELECT {now} AS now)
+UPDATE tenure_models m
+   SET requests = CASE WHEN m.requests_per_minute IS NOT NULL THEN
+                      LEAST(GREATEST(m.requests_per_minute / 10, 1),
+                            m.requests + EXTRACT(EPOCH FROM t.now - m.refilled_at)::float8
+                                         * m.requests_per_minute / 60) END,
+       tokens = CASE WHEN m.tokens_per_minute IS NOT NULL THEN
+                    LEAST(GREATEST(m.tokens_per_minute / 10, 1),
+                          m.tokens + EXTRACT(EPOCH FROM t.now - m.refilled_at)::float8
+                                     * m.tokens_per_minute / 60 + %(refund)s) END,
+       refilled_at = t.now, updated_at = t.now
+  FROM t
+ WHERE m.name = %(model)s;
+
+-- name: drop_reservation
+DELETE FROM tenure_model_reservations WHERE id = %(id)s;
+
+-- name: open_circuit
+-- A rate limit with Retry-After: nobody calls the model for %(seconds)s (never shortened).
+UPDATE tenure_models
+   SET circuit_open_until = GREATEST(COALESCE(circuit_open_until, {now}),
+                                     {now} + make_interval(secs => %(seconds)s)),
+       updated_at = {now}
+ WHERE name = %(model)s;
+
+-- name: model_capacity
+-- Each model's limits, its buckets' levels now, its calls in flight (only those whose run
+-- still holds the lease they were made under) and its circuit while open; one model, or all.
+WITH t AS (SELECT {now} AS now)
+SELECT m.name, m.requests_per_minute, m.tokens_per_minute, m.concurrency,
+       CASE WHEN m.requests_per_minute IS NOT NULL THEN
+           LEAST(GREATEST(m.requests_per_minute / 10, 1),
+                 m.requests + EXTRACT(EPOCH FROM t.now - m.refilled_at)::float8
+                              * m.requests_per_minute / 60) END,
+       CASE WHEN m.tokens_per_minute IS NOT NULL THEN
+           LEAST(GREATEST(m.tokens_per_minute / 10, 1),
+                 m.tokens + EXTRACT(EPOCH FROM t.now - m.refilled_at)::float8
+                            * m.tokens_per_minute / 60) END,
+       (SELECT count(*) FROM tenure_model_reservations s
+          JOIN tenure_runs r ON r.id = s.run_id AND r.lease_token = s.lease_token
+         WHERE s.model = m.name AND s.expires_at > t.now AND r.status = 'running'
+           AND r.lease_expires > t.now),
+       CASE WHEN m.circuit_open_until > t.now THEN m.circuit_open_until END,
+       t.now
+  FROM tenure_models m, t
+ WHERE %(model)s::text IS NULL OR m.name = %(model)s
+ ORDER BY m.name;
+
+-- name: park
+-- Throttled (SPEC §17): the run waits for its model's capacity in the queue, claimable at
+-- the time capacity is expected back. Not charged: `requeue_count` is untouched. Never
+-- while a non-idempotent write is in flight (a model call never runs under one).
+UPDATE tenure_runs
+   SET status = 'queued', available_at = {now} + make_interval(secs => %(delay)s),
+       claimed_by = '', lease_expires = NULL, pending_effect = '', fence_call = NULL,
+       fence_probe = false, last_sequence = last_sequence + %(n)s, updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s AND pending_effect <> 'non_idempotent_write'
+RETURNING last_sequence, attempt, lease_token;

@@ -465,3 +465,125 @@ SELECT status, last_sequence FROM tenure_runs WHERE id = :id;
 SELECT id, run_id, sequence, chunk, text FROM tenure_deltas
  WHERE id > :after
  ORDER BY id;
+
+-- Provider capacity (SPEC §17). A bucket's level now: its stored level refilled at
+-- limit / 60 per second since `refilled_at`, up to limit / 10 (at least 1); NULL when the
+-- model has no such limit. Every statement below runs inside BEGIN IMMEDIATE.
+
+-- name: set_model_limits
+-- Register (or change) a model's limits. A new row starts with full buckets; a changed limit
+-- keeps what its bucket holds, up to the new capacity; the circuit is left as it is.
+INSERT INTO tenure_models (name, requests_per_minute, tokens_per_minute, concurrency,
+                           requests, tokens, refilled_at, updated_at)
+VALUES (:model, :rpm, :tpm, :concurrency, :requests, :tokens, {now}, {now})
+ON CONFLICT (name) DO UPDATE
+   SET requests = CASE WHEN excluded.requests IS NULL THEN NULL
+                       WHEN tenure_models.requests IS NULL THEN excluded.requests
+                       ELSE MIN(tenure_models.requests, excluded.requests) END,
+       tokens = CASE WHEN excluded.tokens IS NULL THEN NULL
+                     WHEN tenure_models.tokens IS NULL THEN excluded.tokens
+                     ELSE MIN(tenure_models.tokens, excluded.tokens) END,
+       requests_per_minute = excluded.requests_per_minute,
+       tokens_per_minute = excluded.tokens_per_minute,
+       concurrency = excluded.concurrency, updated_at = {now};
+
+-- name: lock_model
+-- The model's row, before a reservation or a settlement changes it (BEGIN IMMEDIATE
+-- already serializes writers here).
+SELECT name FROM tenure_models WHERE name = :model;
+
+-- name: sweep_reservations
+-- Forget the calls in flight whose run no longer holds the lease they were made under (the
+-- worker died, the run was reaped or cancelled) or that outlived their hold: their
+-- concurrency is free again.
+DELETE FROM tenure_model_reservations
+ WHERE model = :model
+   AND (expires_at <= {now} OR NOT EXISTS (
+        SELECT 1 FROM tenure_runs r
+         WHERE r.id = tenure_model_reservations.run_id AND r.status = 'running'
+           AND r.lease_token = tenure_model_reservations.lease_token
+           AND r.lease_expires > {now}));
+
+-- name: reserve_capacity
+-- Compare-and-set: take one request and :tokens from the buckets only while the circuit is
+-- closed, each bucket can pay and keep :headroom seconds of its refill (a call larger than
+-- its bucket waits for a full one, then owes the rest) and fewer than `concurrency` calls
+-- are in flight.
+UPDATE tenure_models
+   SET requests = MIN(MAX(requests_per_minute / 10.0, 1.0),
+                      requests + ({now} - refilled_at) * requests_per_minute / 60.0) - 1,
+       tokens = MIN(MAX(tokens_per_minute / 10.0, 1.0),
+                    tokens + ({now} - refilled_at) * tokens_per_minute / 60.0) - :tokens,
+       refilled_at = {now}, updated_at = {now}
+ WHERE name = :model
+   AND (circuit_open_until IS NULL OR circuit_open_until <= {now})
+   AND (requests_per_minute IS NULL
+        OR MIN(MAX(requests_per_minute / 10.0, 1.0),
+               requests + ({now} - refilled_at) * requests_per_minute / 60.0)
+           >= MIN(1 + :headroom * requests_per_minute / 60.0,
+                  MAX(requests_per_minute / 10.0, 1.0)))
+   AND (tokens_per_minute IS NULL
+        OR MIN(MAX(tokens_per_minute / 10.0, 1.0),
+               tokens + ({now} - refilled_at) * tokens_per_minute / 60.0)
+           >= MIN(:tokens + :headroom * tokens_per_minute / 60.0,
+                  MAX(tokens_per_minute / 10.0, 1.0)))
+   AND (concurrency IS NULL OR concurrency > (
+        SELECT count(*) FROM tenure_model_reservations WHERE model = :model))
+RETURNING name;
+
+-- name: add_reservation
+-- The call just granted, held for its run's lease (and at most :hold seconds).
+INSERT INTO tenure_model_reservations (id, model, run_id, lease_token, tokens, expires_at,
+                                       created_at)
+VALUES (:id, :model, :run_id, :token, :tokens, {now} + :hold, {now});
+
+-- name: settle_capacity
+-- After the call: the buckets refilled to now, the tokens bucket given back :refund (the
+-- estimate minus what the call really used; negative when it used more).
+UPDATE tenure_models
+   SET requests = MIN(MAX(requests_per_minute / 10.0, 1.0),
+                      requests + ({now} - refilled_at) * requests_per_minute / 60.0),
+       tokens = MIN(MAX(tokens_per_minute / 10.0, 1.0),
+                    tokens + ({now} - refilled_at) * tokens_per_minute / 60.0 + :refund),
+       refilled_at = {now}, updated_at = {now}
+ WHERE name = :model;
+
+-- name: drop_reservation
+DELETE FROM tenure_model_reservations WHERE id = :id;
+
+-- name: open_circuit
+-- A rate limit with Retry-After: nobody calls the model for :seconds (never shortened).
+UPDATE tenure_models
+   SET circuit_open_until = MAX(COALESCE(circuit_open_until, {now}), {now} + :seconds),
+       updated_at = {now}
+ WHERE name = :model;
+
+-- name: model_capacity
+-- Each model's limits, its buckets' levels now, its calls in flight (only those whose run
+-- still holds the lease they were made under) and its circuit while open; one model, or all.
+SELECT m.name, m.requests_per_minute, m.tokens_per_minute, m.concurrency,
+       MIN(MAX(m.requests_per_minute / 10.0, 1.0),
+           m.requests + ({now} - m.refilled_at) * m.requests_per_minute / 60.0),
+       MIN(MAX(m.tokens_per_minute / 10.0, 1.0),
+           m.tokens + ({now} - m.refilled_at) * m.tokens_per_minute / 60.0),
+       (SELECT count(*) FROM tenure_model_reservations s
+          JOIN tenure_runs r ON r.id = s.run_id AND r.lease_token = s.lease_token
+         WHERE s.model = m.name AND s.expires_at > {now} AND r.status = 'running'
+           AND r.lease_expires > {now}),
+       CASE WHEN m.circuit_open_until > {now} THEN m.circuit_open_until END,
+       {now}
+  FROM tenure_models m
+ WHERE :model IS NULL OR m.name = :model
+ ORDER BY m.name;
+
+-- name: park
+-- Throttled (SPEC §17): the run waits for its model's capacity in the queue, claimable at
+-- the time capacity is expected back. Not charged: `requeue_count` is untouched. Never
+-- while a non-idempotent write is in flight (a model call never runs under one).
+UPDATE tenure_runs
+   SET status = 'queued', available_at = {now} + :delay, claimed_by = '',
+       lease_expires = NULL, pending_effect = '', fence_call = NULL, fence_probe = 0,
+       last_sequence = last_sequence + :n, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND pending_effect <> 'non_idempotent_write'
+RETURNING last_sequence, attempt, lease_token;
