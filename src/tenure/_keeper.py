@@ -167,3 +167,8 @@ class Keeper:
             )
             segment.lose(cancelled)
             self.release(segment)
+            # An observer of the store (metrics) learns of the loss here, where it is
+            # decided: a renewal that missed because its segment had just ended is none.
+            noted = getattr(store, "note_lease_lost", None)
+            if noted is not None:
+                noted(segment.lease, cancelled)

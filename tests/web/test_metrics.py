@@ -3,16 +3,19 @@ and reaper passes; OpenTelemetry spans per run and step."""
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 import tenure
-from tenure import RunRequest
+from tenure import Outcome, RunRequest, RunStatus
 from tenure.web import Metrics, ObservedStore, create_app, instrument
 
+from .._raw import raw_execute
 from .conftest import AUTH, TOKEN, Seeded, seed
 
 
@@ -150,3 +153,34 @@ def test_models_with_limits_show_calls_in_flight_circuits_and_parked_runs(db_url
     assert value(text, "tenure_model_in_use", model="m") == 0
     assert 100 < value(text, "tenure_model_circuit_open", model="m") <= 120
     assert value(text, "tenure_parked_total", model="m", why="capacity") == 1
+
+
+def test_a_lease_the_keeper_finds_lost_is_counted_once(sqlite_url: str) -> None:
+    """The keeper decides a loss (its renewal missed while the segment still held the run):
+    counted once. Renewals that missed because their segment had just ended are not."""
+    rt = tenure.Runtime(sqlite_url, lease_seconds=0.6)
+    rt.add_model("scripted", tenure.providers.Scripted())
+    metrics = Metrics()
+    instrument(rt, metrics)
+    try:
+        for _ in range(20):  # short segments, each racing the keeper's rounds
+            quick = rt.enqueue(RunRequest(prompt="x", model="scripted", script=[{"say": "x"}]))
+            rt.run_queued(quick)
+        assert metrics.lease_losses._value.get() == 0
+        run_id = rt.enqueue(
+            RunRequest(prompt="x", model="scripted", script=[{"sleep": 5}, {"say": "late"}])
+        )
+        result: list[Any] = []
+        segment = threading.Thread(target=lambda: result.append(rt.run_queued(run_id)))
+        segment.start()
+        deadline = time.monotonic() + 10
+        while rt.events(run_id) == [] or rt.status(run_id).status is not RunStatus.RUNNING:  # type: ignore[union-attr]
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        # Another owner takes the run behind the keeper's back.
+        raw_execute(sqlite_url, "UPDATE tenure_runs SET lease_token = lease_token + 1")
+        segment.join(10)
+        assert result and result[0].outcome is Outcome.LEASE_LOST
+        assert metrics.lease_losses._value.get() == 1
+    finally:
+        rt.close()

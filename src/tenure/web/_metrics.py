@@ -363,12 +363,13 @@ class ObservedStore:
             self._boundary(lease, events, usage)
         return sequences
 
-    def renew_leases(self, leases: Sequence[tuple[Lease, float]]) -> set[str]:
-        renewed: set[str] = self.inner.renew_leases(leases)
-        for lease, _ in leases:
-            if lease.run_id not in renewed:
-                self._missed(lease)
-        return renewed
+    def note_lease_lost(self, lease: Lease, cancelled: bool) -> None:
+        """The lease keeper found `lease` lost (or its run cancelled). Misses of
+        `renew_leases` itself are not counted: a renewal races the segment's own last
+        write, and only the keeper knows whether the segment had ended meanwhile."""
+        if not cancelled:
+            self.metrics.lease_losses.inc()
+        self._ended(lease, "cancelled" if cancelled else "lease_lost")
 
     def mark_fence(
         self,
