@@ -24,6 +24,7 @@ from tenure import _policy
 from tenure._classify import describe
 from tenure._errors import Cancelled
 from tenure._recovery import dead_letter
+from tenure._toolstep import tool_event
 from tenure._types import (
     EventKind,
     FailureClass,
@@ -79,7 +80,6 @@ def resolve(
         return None
     result = _json_value(verdict.result)
     payload["result"] = result
-    from tenure._ladder import tool_event  # the ladder imports this module
 
     written = tool_event(pending, tool.effect, key, result, None, started, resolved_by="probe")
     segment.resolve_fence([NewEvent(EventKind.PROBE, payload), written])

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tenure import _indoubt, _policy, _recovery, _requests
-from tenure._classify import describe
+from tenure._endings import Ending, Endings
 from tenure._errors import (
     Cancelled,
     LeaseLost,
@@ -27,6 +26,7 @@ from tenure._errors import (
     Throttled,
     UnknownModel,
 )
+from tenure._toolstep import ToolSteps
 from tenure._types import (
     Event,
     EventKind,
@@ -36,15 +36,14 @@ from tenure._types import (
     RunResult,
     RunStatus,
     TerminationReason,
-    ToolContext,
     ToolEffect,
     Usage,
 )
 from tenure.agent import _human
-from tenure.agent._journal import Journal, PendingCall, idempotency_key
-from tenure.agent._tools import InvalidArguments, Tool, Toolbox
+from tenure.agent._journal import Journal
+from tenure.agent._tools import Toolbox
 from tenure.providers._base import ModelCall, ModelReply, Provider
-from tenure.store._base import NO_USAGE, Lease, NewEvent, Settlement, Store
+from tenure.store._base import NO_USAGE, Lease, NewEvent, Store
 
 if TYPE_CHECKING:
     from tenure._capacity import Capacity
@@ -79,28 +78,8 @@ class Engine:
         return self.model_timeouts.get(name, _policy.DEFAULT_MODEL_TIMEOUT)
 
 
-@dataclass(frozen=True)
-class Ending:
-    """A segment's normal end, returned for its caller to commit."""
-
-    settlement: Settlement
-
-
-def outcome_of(settlement: Settlement) -> Outcome:
-    return Outcome.COMPLETED if settlement.status is RunStatus.COMPLETED else Outcome.FAILED
-
-
-class UnrecordedWrite(ProviderError):
-    """A write ran but its event could not be stored: never reported as success."""
-
-    def __init__(self, tool: str, cause: BaseException) -> None:
-        super().__init__(
-            FailureClass.UNKNOWN, f"write {tool} ran but its event was not stored: {cause}"
-        )
-
-
 @dataclass
-class Segment:
+class Segment(ToolSteps, Endings):
     engine: Engine
     lease: Lease
     raw_request: str | None
@@ -333,222 +312,14 @@ class Segment:
             raise RunCancelled(self.run_id)
         raise LeaseLost(self.run_id)
 
-    def _tool_step(self, request: RunRequest, journal: Journal, pending: PendingCall) -> None:
-        call = pending.call
-        tool = self.tool_of(request, call.name)
-        effect = tool.effect if tool else ToolEffect.NON_IDEMPOTENT_WRITE
-        key = idempotency_key(self.run_id, pending.llm_sequence, pending.index)
-        started = time.monotonic()
-        result: Any = None
-        error: str | None = None
-        ran = False
-        approve_writes = self.engine.settings.approve_writes
-        refusal = _human.refusal(journal, pending, tool, approve_writes)
-        if tool is None:
-            error = f"tool {call.name!r} is not available to this run"
-        elif refusal is not None:
-            error = refusal
-        else:
-            try:
-                values = tool.validate(_human.with_input(pending, tool, self.decision))
-            except InvalidArguments as exc:
-                error = str(exc)
-            else:
-                ran = True
-                result, error = self._invoke(tool, pending, key, values)
-        event = tool_event(pending, effect, key, result, error, started)
-        if ran and effect.is_write:
-            self._clear_fence(call.name, event)
-        else:
-            self._record([event])
-        journal.add_result(call.id, result, error)
-
-    def _invoke(
-        self, tool: Tool, pending: PendingCall, key: str, values: dict[str, Any]
-    ) -> tuple[Any, str | None]:
-        """Run the tool, fenced when it writes. A tool's ordinary exception is its result."""
-        self._check_held()
-        if tool.effect.is_write:
-            # The fence names the call it stands for, so that any process can later ask the
-            # tool's probe whether it happened (SPEC §16).
-            call = {
-                "name": tool.name,
-                "args": _human.with_input(pending, tool, self.decision),
-                "idempotency_key": key,
-                "turn": pending.llm_sequence,
-                "index": pending.index,
-            }
-            lease_for_tool = _policy.fence_lease(self.engine.settings.lease_seconds, tool.timeout)
-            probe = tool.probe is not None
-            if not self.store.mark_fence(self.lease, tool.effect, lease_for_tool, call, probe):
-                self._lost()  # the write does not run: this segment holds no lease
-            self._fence, self._fence_probe = tool.effect, probe
-        context = ToolContext(
-            self.run_id, self.lease.attempt, key, self.lease.token, tool.effect, self._abort
-        )
-        try:
-            with self.step_deadline(tool.timeout):
-                return _to_json_value(tool.invoke(context, values)), None
-        except (ProviderError, Cancelled):
-            raise  # a classified failure fails the step: failure recovery decides
-        except Exception as exc:
-            return None, describe(exc)
-
-    def _clear_fence(self, name: str, event: NewEvent) -> None:
-        self._check_held()  # a write whose segment lost its run leaves its fence standing
-        try:
-            sequence = self.store.clear_fence(self.lease, self.engine.settings.lease_seconds, event)
-        except Exception as exc:
-            raise UnrecordedWrite(name, exc) from exc
-        if sequence is None:
-            self._lost()
-        self._fence, self._fence_probe = None, False
-        self._written.append(sequence)
-
-    def resolve_fence(self, events: list[NewEvent]) -> None:
-        """Clear an in-doubt fence with the probe's events, in one transaction."""
-        self._check_held()
-        sequences = self.store.resolve_fence(self.lease, self.engine.settings.lease_seconds, events)
-        if sequences is None:
-            self._lost()
-        self._fence, self._fence_probe = None, False
-        self._written.extend(sequences)
-
-    @property
-    def fence_probe(self) -> bool:
-        """The standing fence's tool has a probe: the run can go back in doubt."""
-        return self._fence_probe
-
     # -- a person in the loop ------------------------------------------------------------
-
-    def tool_of(self, request: RunRequest, name: str) -> Tool | None:
-        """The tool a call names, if the run may use it and this process has it."""
-        return self.engine.tools.get(name) if name in request.tools else None
 
     def _hold(self, request: RunRequest, journal: Journal) -> _human.Hold | None:
         tools = [self.tool_of(request, p.call.name) for p in journal.pending]
         approve_writes = self.engine.settings.approve_writes
         return _human.hold(journal, tools, self.decision, approve_writes=approve_writes)
 
-    def _suspend(self, request: RunRequest, held: _human.Hold) -> RunResult:
-        timeout = held.timeout or self.engine.settings.approval_timeout
-        waiting = {"kind": held.kind, "turn": held.turn, "calls": held.calls}
-        status, kind = held.status, held.kind
-        stored = None if not self.interactive else _requests.dumps(_requests.to_json(request))
-        self._last_write()
-        try:
-            sequences = self.store.suspend(self.lease, status, waiting, stored, timeout, [])
-        except Exception as exc:
-            # Never promise a resume that cannot happen: an unstored suspend fails the run.
-            raise ProviderError(
-                FailureClass.UNKNOWN, f"could not hold the run for a person: {exc}"
-            ) from exc
-        if sequences is None:
-            self._lost()
-        outcome = Outcome.AWAITING_APPROVAL if kind == "approval" else Outcome.AWAITING_INPUT
-        return self._result(outcome)
-
-    # -- endings -------------------------------------------------------------------------
-
-    def _complete(self, reply: ModelReply, llm: NewEvent) -> RunResult | Ending:
-        text = reply.text or ""
-        assembled = NewEvent(EventKind.ASSEMBLED, {"output": text})
-        settlement = Settlement(
-            RunStatus.COMPLETED,
-            TerminationReason.COMPLETED,
-            output=text,
-            events=(llm, assembled),
-            usage=reply.usage,
-        )
-        self._usage += reply.usage
-        return self._end(settlement, output=text)
-
-    def _finish(self, reason: TerminationReason) -> RunResult | Ending:
-        return self._end(Settlement(RunStatus.FAILED, reason, error=f"run ended: {reason}"))
-
-    def _end(self, settlement: Settlement, output: str | None = None) -> RunResult | Ending:
-        """The loop's normal end: settled here, or returned for the caller to commit (a
-        worker commits the ends of several runs, and its next claim, in one transaction)."""
-        self._last_write()
-        if self._defer_end:
-            return Ending(settlement)
-        self.settle(settlement)
-        return self._result(outcome_of(settlement), output=output)
-
-    def settled(self, settlement: Settlement, sequences: list[int] | None) -> Outcome:
-        """The outcome of an ending committed by someone else, given what its settle
-        returned (None: the guard matched nothing)."""
-        if sequences is not None:
-            self._written.extend(sequences)
-            return outcome_of(settlement)
-        try:
-            self._lost()
-        except RunCancelled:
-            return Outcome.CANCELLED
-        except Exception:  # LeaseLost, or the status read failed: the settle did not apply
-            return Outcome.LEASE_LOST
-
-    def settle_alone(self, settlement: Settlement) -> Outcome:
-        """Settle an ending on its own (its batch could not be committed), with this
-        segment's own failure recovery if that fails too."""
-        try:
-            self.settle(settlement)
-        except LeaseLost:
-            return Outcome.LEASE_LOST
-        except RunCancelled:
-            return Outcome.CANCELLED
-        except Exception as exc:
-            return self._recover(exc).outcome
-        return outcome_of(settlement)
-
-    def settle(self, settlement: Settlement) -> None:
-        """A terminal state under this segment's lease; LeaseLost or RunCancelled if the
-        row is no longer ours."""
-        self._last_write()
-        sequences = self.store.settle(self.lease, settlement)
-        if sequences is None:
-            self._lost()
-        self._written.extend(sequences)
-
-    def requeue_in_doubt(self, failure_class: FailureClass, message: str) -> None:
-        """Back to the queue with the probe-able fence standing (SPEC §16), charged to the
-        budget; claimable at once, since the probe decides; raises if not ours."""
-        self._last_write()
-        if not self.store.requeue_in_doubt(self.lease, 0.0, failure_class, message):
-            self._lost()
-
-    def requeue(self, delay: float, failure_class: FailureClass, message: str) -> None:
-        """Back to the queue after `delay`, charged to the budget; raises if not ours."""
-        self._last_write()
-        if not self.store.requeue(self.lease, delay, failure_class, message):
-            self._lost()
-
-    @property
-    def fence(self) -> ToolEffect | None:
-        """The effect of the write this segment has in flight (its fence stands)."""
-        return self._fence
-
-    def _park(self, throttled: Throttled) -> RunResult:
-        """No capacity for the model until later (SPEC §17): back to the queue until then,
-        with a `throttled` event, not charged to the requeue budget."""
-        payload = {
-            "model": throttled.model,
-            "why": "circuit_open" if throttled.circuit else "capacity",
-            "delay": round(throttled.wait, 3),
-            "worker": self.lease.owner,
-        }
-        try:
-            self._last_write()
-            if not self.store.park(self.lease, throttled.wait, payload):
-                self._lost()
-        except LeaseLost:
-            return self._result(Outcome.LEASE_LOST)
-        except RunCancelled:
-            return self._result(Outcome.CANCELLED)
-        except Exception:  # the park could not be stored: recovery decides, as for a failure
-            return self._recover(throttled)
-        log.info("run %s: parked %.1fs: %s", self.run_id, throttled.wait, throttled)
-        return self._result(Outcome.REQUEUED, error=throttled)
+    # -- failures ------------------------------------------------------------------------
 
     def _recover(self, exc: Exception) -> RunResult:
         outcome = _recovery.recover(self, exc)
@@ -562,33 +333,6 @@ class Segment:
             mine = set(self._written)
             steps = [e for e in self.store.events(self.run_id, min(mine) - 1) if e.sequence in mine]
         return RunResult(outcome, self.run_id, output, steps, error, self._usage)
-
-
-def tool_event(
-    pending: PendingCall,
-    effect: ToolEffect,
-    key: str,
-    result: Any,
-    error: str | None,
-    started: float,
-    **extra: Any,
-) -> NewEvent:
-    """The `tool` event of a call (SPEC §14), paired with its call by turn and position."""
-    call = pending.call
-    payload = {
-        "name": call.name,
-        "call_id": call.id,
-        "turn": pending.llm_sequence,
-        "index": pending.index,
-        "args": call.args,
-        "effect": str(effect),
-        "result": result,
-        "error": error,
-        "idempotency_key": key,
-        "duration_ms": round((time.monotonic() - started) * 1000, 3),
-        **extra,
-    }
-    return NewEvent(EventKind.TOOL, payload)
 
 
 def _llm_payload(reply: ModelReply) -> dict[str, Any]:
@@ -607,8 +351,3 @@ def _over_budget(request: RunRequest, usage: Usage) -> bool:
     if request.max_tokens is not None and usage.total_tokens >= request.max_tokens:
         return True
     return request.max_cost is not None and usage.cost >= request.max_cost
-
-
-def _to_json_value(value: Any) -> Any:
-    """The tool's return value as JSON stores it (verbatim where it is JSON already)."""
-    return json.loads(json.dumps(value, default=str))

@@ -38,9 +38,10 @@ from types import FrameType
 from tenure import _policy
 from tenure._classify import describe
 from tenure._completer import MAX_END_DELAY, Completer, claim_room
+from tenure._endings import Ending
 from tenure._errors import DatabaseGone, StoreError
 from tenure._heartbeat import Heartbeat, describe_worker
-from tenure._ladder import Ending, Engine, Segment
+from tenure._ladder import Engine, Segment
 from tenure._reaper import Reaper
 from tenure._recovery import dead_letter
 from tenure._types import FailureClass, Outcome, ToolEffect

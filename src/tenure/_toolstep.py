@@ -1,0 +1,177 @@
+"""The tool step of the ladder (SPEC §6 steps 4 and 5): a call's tool run, fenced when it writes,
+and its `tool` event. `Segment` takes it as a base; what it uses of the segment is listed
+under TYPE_CHECKING below."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from tenure import _policy
+from tenure._classify import describe
+from tenure._errors import Cancelled, ProviderError
+from tenure._types import EventKind, FailureClass, RunRequest, ToolContext, ToolEffect, Usage
+from tenure.agent import _human
+from tenure.agent._journal import Journal, PendingCall, idempotency_key
+from tenure.agent._tools import InvalidArguments, Tool
+from tenure.store._base import NO_USAGE, Lease, NewEvent, Store
+
+if TYPE_CHECKING:
+    import contextlib
+    import threading
+
+    from tenure._ladder import Engine
+
+
+class UnrecordedWrite(ProviderError):
+    """A write ran but its event could not be stored: never reported as success."""
+
+    def __init__(self, tool: str, cause: BaseException) -> None:
+        super().__init__(
+            FailureClass.UNKNOWN, f"write {tool} ran but its event was not stored: {cause}"
+        )
+
+
+class ToolSteps:
+    """The tool step, fences included, of a `Segment`."""
+
+    if TYPE_CHECKING:
+        engine: Engine
+        lease: Lease
+        decision: str | None
+        _fence: ToolEffect | None
+        _fence_probe: bool
+        _abort: threading.Event
+        _written: list[int]
+
+        @property
+        def store(self) -> Store: ...
+        @property
+        def run_id(self) -> str: ...
+        def step_deadline(self, timeout: float) -> contextlib.AbstractContextManager[None]: ...
+        def _check_held(self) -> None: ...
+        def _record(self, events: list[NewEvent], usage: Usage = NO_USAGE) -> list[int]: ...
+        def _lost(self) -> NoReturn: ...
+
+    def _tool_step(self, request: RunRequest, journal: Journal, pending: PendingCall) -> None:
+        call = pending.call
+        tool = self.tool_of(request, call.name)
+        effect = tool.effect if tool else ToolEffect.NON_IDEMPOTENT_WRITE
+        key = idempotency_key(self.run_id, pending.llm_sequence, pending.index)
+        started = time.monotonic()
+        result: Any = None
+        error: str | None = None
+        ran = False
+        approve_writes = self.engine.settings.approve_writes
+        refusal = _human.refusal(journal, pending, tool, approve_writes)
+        if tool is None:
+            error = f"tool {call.name!r} is not available to this run"
+        elif refusal is not None:
+            error = refusal
+        else:
+            try:
+                values = tool.validate(_human.with_input(pending, tool, self.decision))
+            except InvalidArguments as exc:
+                error = str(exc)
+            else:
+                ran = True
+                result, error = self._invoke(tool, pending, key, values)
+        event = tool_event(pending, effect, key, result, error, started)
+        if ran and effect.is_write:
+            self._clear_fence(call.name, event)
+        else:
+            self._record([event])
+        journal.add_result(call.id, result, error)
+
+    def _invoke(
+        self, tool: Tool, pending: PendingCall, key: str, values: dict[str, Any]
+    ) -> tuple[Any, str | None]:
+        """Run the tool, fenced when it writes. A tool's ordinary exception is its result."""
+        self._check_held()
+        if tool.effect.is_write:
+            # The fence names the call it stands for, so that any process can later ask the
+            # tool's probe whether it happened (SPEC §16).
+            call = {
+                "name": tool.name,
+                "args": _human.with_input(pending, tool, self.decision),
+                "idempotency_key": key,
+                "turn": pending.llm_sequence,
+                "index": pending.index,
+            }
+            lease_for_tool = _policy.fence_lease(self.engine.settings.lease_seconds, tool.timeout)
+            probe = tool.probe is not None
+            if not self.store.mark_fence(self.lease, tool.effect, lease_for_tool, call, probe):
+                self._lost()  # the write does not run: this segment holds no lease
+            self._fence, self._fence_probe = tool.effect, probe
+        context = ToolContext(
+            self.run_id, self.lease.attempt, key, self.lease.token, tool.effect, self._abort
+        )
+        try:
+            with self.step_deadline(tool.timeout):
+                return to_json_value(tool.invoke(context, values)), None
+        except (ProviderError, Cancelled):
+            raise  # a classified failure fails the step: failure recovery decides
+        except Exception as exc:
+            return None, describe(exc)
+
+    def _clear_fence(self, name: str, event: NewEvent) -> None:
+        self._check_held()  # a write whose segment lost its run leaves its fence standing
+        try:
+            sequence = self.store.clear_fence(self.lease, self.engine.settings.lease_seconds, event)
+        except Exception as exc:
+            raise UnrecordedWrite(name, exc) from exc
+        if sequence is None:
+            self._lost()
+        self._fence, self._fence_probe = None, False
+        self._written.append(sequence)
+
+    def resolve_fence(self, events: list[NewEvent]) -> None:
+        """Clear an in-doubt fence with the probe's events, in one transaction."""
+        self._check_held()
+        sequences = self.store.resolve_fence(self.lease, self.engine.settings.lease_seconds, events)
+        if sequences is None:
+            self._lost()
+        self._fence, self._fence_probe = None, False
+        self._written.extend(sequences)
+
+    @property
+    def fence_probe(self) -> bool:
+        """The standing fence's tool has a probe: the run can go back in doubt."""
+        return self._fence_probe
+
+    def tool_of(self, request: RunRequest, name: str) -> Tool | None:
+        """The tool a call names, if the run may use it and this process has it."""
+        return self.engine.tools.get(name) if name in request.tools else None
+
+
+def tool_event(
+    pending: PendingCall,
+    effect: ToolEffect,
+    key: str,
+    result: Any,
+    error: str | None,
+    started: float,
+    **extra: Any,
+) -> NewEvent:
+    """The `tool` event of a call (SPEC §14), paired with its call by turn and position."""
+    call = pending.call
+    payload = {
+        "name": call.name,
+        "call_id": call.id,
+        "turn": pending.llm_sequence,
+        "index": pending.index,
+        "args": call.args,
+        "effect": str(effect),
+        "result": result,
+        "error": error,
+        "idempotency_key": key,
+        "duration_ms": round((time.monotonic() - started) * 1000, 3),
+        **extra,
+    }
+    return NewEvent(EventKind.TOOL, payload)
+
+
+def to_json_value(value: Any) -> Any:
+    """The tool's return value as JSON stores it (verbatim where it is JSON already)."""
+    return json.loads(json.dumps(value, default=str))
