@@ -617,6 +617,16 @@ DELETE FROM tenure_model_reservations s
          WHERE r.id = s.run_id AND r.status = 'running' AND r.lease_token = s.lease_token
            AND r.lease_expires > {now}));
 
+-- name: _requests_level
+-- A bucket's level at t.now (SPEC §17): refilled at limit/60 a second since `refilled_at`,
+-- holding at most limit/10 (at least one call).
+LEAST(GREATEST(requests_per_minute / 10, 1),
+      requests + EXTRACT(EPOCH FROM t.now - refilled_at)::float8 * requests_per_minute / 60)
+
+-- name: _tokens_level
+LEAST(GREATEST(tokens_per_minute / 10, 1),
+      tokens + EXTRACT(EPOCH FROM t.now - refilled_at)::float8 * tokens_per_minute / 60)
+
 -- name: reserve_capacity
 -- Compare-and-set: take one request and %(tokens)s from the buckets only while the circuit
 -- is closed, each bucket can pay and keep %(headroom)s seconds of its refill (a call larger
@@ -626,13 +636,9 @@ WITH t AS (SELECT {now} AS now),
 m AS (
     SELECT m.name, m.circuit_open_until, m.concurrency,
            CASE WHEN m.requests_per_minute IS NOT NULL THEN
-               LEAST(GREATEST(m.requests_per_minute / 10, 1),
-                     m.requests + EXTRACT(EPOCH FROM t.now - m.refilled_at)::float8
-                                  * m.requests_per_minute / 60) END AS requests,
+               {_requests_level} END AS requests,
            CASE WHEN m.tokens_per_minute IS NOT NULL THEN
-               LEAST(GREATEST(m.tokens_per_minute / 10, 1),
-                     m.tokens + EXTRACT(EPOCH FROM t.now - m.refilled_at)::float8
-                                * m.tokens_per_minute / 60) END AS tokens,
+               {_tokens_level} END AS tokens,
            GREATEST(m.requests_per_minute / 10, 1) AS request_capacity,
            GREATEST(m.tokens_per_minute / 10, 1) AS token_capacity,
            m.requests_per_minute, m.tokens_per_minute
@@ -694,13 +700,9 @@ UPDATE tenure_models
 WITH t AS (SELECT {now} AS now)
 SELECT m.name, m.requests_per_minute, m.tokens_per_minute, m.concurrency,
        CASE WHEN m.requests_per_minute IS NOT NULL THEN
-           LEAST(GREATEST(m.requests_per_minute / 10, 1),
-                 m.requests + EXTRACT(EPOCH FROM t.now - m.refilled_at)::float8
-                              * m.requests_per_minute / 60) END,
+           {_requests_level} END,
        CASE WHEN m.tokens_per_minute IS NOT NULL THEN
-           LEAST(GREATEST(m.tokens_per_minute / 10, 1),
-                 m.tokens + EXTRACT(EPOCH FROM t.now - m.refilled_at)::float8
-                            * m.tokens_per_minute / 60) END,
+           {_tokens_level} END,
        (SELECT count(*) FROM tenure_model_reservations s
           JOIN tenure_runs r ON r.id = s.run_id AND r.lease_token = s.lease_token
          WHERE s.model = m.name AND s.expires_at > t.now AND r.status = 'running'

@@ -504,27 +504,32 @@ DELETE FROM tenure_model_reservations
            AND r.lease_token = tenure_model_reservations.lease_token
            AND r.lease_expires > {now}));
 
+-- name: _requests_level
+-- A bucket's level now (SPEC §17): refilled at limit/60 a second since `refilled_at`, holding
+-- at most limit/10 (at least one call).
+MIN(MAX(requests_per_minute / 10.0, 1.0),
+    requests + ({now} - refilled_at) * requests_per_minute / 60.0)
+
+-- name: _tokens_level
+MIN(MAX(tokens_per_minute / 10.0, 1.0), tokens + ({now} - refilled_at) * tokens_per_minute / 60.0)
+
 -- name: reserve_capacity
 -- Compare-and-set: take one request and :tokens from the buckets only while the circuit is
 -- closed, each bucket can pay and keep :headroom seconds of its refill (a call larger than
 -- its bucket waits for a full one, then owes the rest) and fewer than `concurrency` calls
 -- are in flight.
 UPDATE tenure_models
-   SET requests = MIN(MAX(requests_per_minute / 10.0, 1.0),
-                      requests + ({now} - refilled_at) * requests_per_minute / 60.0) - 1,
-       tokens = MIN(MAX(tokens_per_minute / 10.0, 1.0),
-                    tokens + ({now} - refilled_at) * tokens_per_minute / 60.0) - :tokens,
+   SET requests = {_requests_level} - 1,
+       tokens = {_tokens_level} - :tokens,
        refilled_at = {now}, updated_at = {now}
  WHERE name = :model
    AND (circuit_open_until IS NULL OR circuit_open_until <= {now})
    AND (requests_per_minute IS NULL
-        OR MIN(MAX(requests_per_minute / 10.0, 1.0),
-               requests + ({now} - refilled_at) * requests_per_minute / 60.0)
+        OR {_requests_level}
            >= MIN(1 + :headroom * requests_per_minute / 60.0,
                   MAX(requests_per_minute / 10.0, 1.0)))
    AND (tokens_per_minute IS NULL
-        OR MIN(MAX(tokens_per_minute / 10.0, 1.0),
-               tokens + ({now} - refilled_at) * tokens_per_minute / 60.0)
+        OR {_tokens_level}
            >= MIN(:tokens + :headroom * tokens_per_minute / 60.0,
                   MAX(tokens_per_minute / 10.0, 1.0)))
    AND (concurrency IS NULL OR concurrency > (
@@ -562,10 +567,8 @@ UPDATE tenure_models
 -- Each model's limits, its buckets' levels now, its calls in flight (only those whose run
 -- still holds the lease they were made under) and its circuit while open; one model, or all.
 SELECT m.name, m.requests_per_minute, m.tokens_per_minute, m.concurrency,
-       MIN(MAX(m.requests_per_minute / 10.0, 1.0),
-           m.requests + ({now} - m.refilled_at) * m.requests_per_minute / 60.0),
-       MIN(MAX(m.tokens_per_minute / 10.0, 1.0),
-           m.tokens + ({now} - m.refilled_at) * m.tokens_per_minute / 60.0),
+       {_requests_level},
+       {_tokens_level},
        (SELECT count(*) FROM tenure_model_reservations s
           JOIN tenure_runs r ON r.id = s.run_id AND r.lease_token = s.lease_token
          WHERE s.model = m.name AND s.expires_at > {now} AND r.status = 'running'
