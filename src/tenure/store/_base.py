@@ -8,14 +8,12 @@ appended by a method are written in the same transaction as the transition they 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tenure._limits import Limits
 from tenure._types import (
     Event,
-    EventKind,
     FailureClass,
     Run,
     RunStatus,
@@ -23,150 +21,37 @@ from tenure._types import (
     ToolEffect,
     Usage,
 )
+from tenure.store._records import (
+    NO_USAGE,
+    Claimed,
+    Grant,
+    Lease,
+    ModelState,
+    NewEvent,
+    NewRun,
+    Settlement,
+    StaleRun,
+    WorkerInfo,
+    WorkerRow,
+)
 
 if TYPE_CHECKING:
     from tenure.store._deltas import DeltaFeed, DeltaPiece
 
-NO_USAGE = Usage()
-
-
-@dataclass(frozen=True)
-class Lease:
-    """What a segment holds: the run, who it is, and the fencing token of its claim."""
-
-    run_id: str
-    owner: str
-    token: int
-    attempt: int
-
-
-@dataclass(frozen=True)
-class Claimed:
-    lease: Lease
-    request: str | None  # raw JSON as stored; parsing it is the runtime's job
-    requeue_count: int
-    decision: str | None = None  # raw JSON: a person's decision the run continues with
-    # Raw JSON of the call an in-doubt fence stands for (SPEC §16): the new segment asks
-    # that tool's probe whether the write happened before anything else.
-    fence_call: str | None = None
-
-
-@dataclass(frozen=True)
-class NewEvent:
-    kind: EventKind
-    payload: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class NewRun:
-    run_id: str
-    queue: str
-    request: str | None  # JSON; None for an interactive run
-    idempotency_key: str | None
-    delay: float = 0.0
-    events: Sequence[NewEvent] = ()
-
-
-@dataclass(frozen=True)
-class Settlement:
-    """A terminal state. A dead-letter keeps the request (for redrive); every failure keeps
-    the fence (an interactive run that failed mid-write is evidence too)."""
-
-    status: RunStatus
-    reason: TerminationReason
-    output: str | None = None
-    error_class: FailureClass | None = None
-    error: str = ""
-    events: Sequence[NewEvent] = field(default_factory=tuple)
-    usage: Usage = field(default_factory=Usage)
-    # Applies only while this fence stands (a drain dead-letters a run for its write in
-    # flight; once that write is recorded and its fence cleared, the reason is gone).
-    only_while_fenced: ToolEffect | None = None
-
-    @property
-    def is_dead_letter(self) -> bool:
-        return self.reason.is_dead_letter
-
-
-@dataclass(frozen=True)
-class StaleRun:
-    """A run the reaper read as stale: what its decision is made on, and guarded by."""
-
-    run_id: str
-    lease_token: int
-    pending_effect: ToolEffect | None
-    has_request: bool
-    requeue_count: int
-    fence_probe: bool = False  # the fence's tool has a probe: requeue in doubt
-
-
-@dataclass(frozen=True)
-class WorkerInfo:
-    """What a worker process says of itself when it starts (its row in `tenure_workers`)."""
-
-    id: str  # the owner id it claims under
-    host: str
-    pid: int
-    queues: Sequence[str] | None  # None: every queue
-    slots: int
-    heartbeat_seconds: float
-
-
-@dataclass(frozen=True)
-class WorkerRow:
-    """A worker's row as stored: `state` is what the worker last said (`running`,
-    `stopping`, `stopped`); whether it is dead is the reader's call (`_heartbeat.py`)."""
-
-    id: str
-    host: str
-    pid: int
-    queues: list[str] | None
-    slots: int
-    slots_in_use: int
-    heartbeat_seconds: float
-    state: str
-    started_at: datetime
-    last_seen: datetime
-    stopped_at: datetime | None
-
-
-@dataclass(frozen=True)
-class ModelState:
-    """A model's shared capacity as the database has it now (SPEC §17)."""
-
-    name: str
-    limits: Limits
-    in_use: int  # calls in flight whose run still holds its lease
-    requests: float | None  # the requests bucket's level now; None: no such limit
-    tokens: float | None
-    circuit_open_until: datetime | None  # set only while open
-    now: datetime  # the database's clock when read
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready: name, limits, calls in flight, what the buckets hold now, and when
-        the circuit closes (ISO-8601; null while closed)."""
-        return {
-            "name": self.name,
-            "requests_per_minute": self.limits.requests_per_minute,
-            "tokens_per_minute": self.limits.tokens_per_minute,
-            "concurrency": self.limits.concurrency,
-            "in_use": self.in_use,
-            "requests_available": None if self.requests is None else round(self.requests, 3),
-            "tokens_available": None if self.tokens is None else round(self.tokens, 3),
-            "circuit_open_until": (
-                self.circuit_open_until.isoformat() if self.circuit_open_until else None
-            ),
-        }
-
-
-@dataclass(frozen=True)
-class Grant:
-    """What `reserve_capacity` answered: a reservation, or how long until capacity is
-    expected back (and whether that is the circuit)."""
-
-    reservation: str | None
-    wait: float = 0.0
-    circuit_open: bool = False
+__all__ = [
+    "NO_USAGE",
+    "Claimed",
+    "Grant",
+    "Lease",
+    "ModelState",
+    "NewEvent",
+    "NewRun",
+    "Settlement",
+    "StaleRun",
+    "Store",
+    "WorkerInfo",
+    "WorkerRow",
+]
 
 
 class Store(Protocol):
