@@ -13,7 +13,11 @@ from tenure import EventKind, Outcome, RunRequest, RunStatus, TerminationReason,
 from tenure._ladder import Engine
 from tenure._reaper import Reaper
 from tenure._worker import Worker
+from tenure.providers import OpenAICompatible
 from tenure.store import Lease
+
+from ..fakes._app import Latency
+from ..fakes.openai_service import FakeOpenAI
 
 MakeRuntime = Callable[..., tenure.Runtime]
 
@@ -83,6 +87,43 @@ def test_cancel_during_a_long_model_call_stops_it_within_a_third_of_the_lease(
     events = rt.events(run_id)
     assert [e.kind for e in events[before:]] == [EventKind.CANCELLED]  # nothing more written
     assert rt.status(run_id).termination_reason is TerminationReason.CANCELLED  # type: ignore[union-attr]
+
+
+def established_to(port: int) -> int:
+    """TCP connections of this machine in state ESTABLISHED whose remote end is `port`
+    (the client side of the fake service's connections; /proc/net/tcp, IPv4)."""
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return sum(1 for row in rows if int(row[2].split(":")[1], 16) == port and row[3] == "01")
+
+
+def test_cancel_during_a_long_non_streaming_openai_call_closes_it_within_a_third_of_the_lease(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A model call that is not streamed (the answer would come after 30 s): the keeper's
+    round finds the run cancelled, the HTTP request is closed and the slot is free again."""
+    lease = 1.5
+    with (
+        FakeOpenAI(latency=Latency.fixed(30.0)) as fake,
+        OpenAICompatible("fake", base_url=fake.url, timeout=60) as provider,
+    ):
+        rt = make_runtime(lease_seconds=lease)
+        rt.add_model("fake", provider)
+        run_id = rt.enqueue(RunRequest(prompt="p", model="fake"))
+        worker = rt.worker(concurrency=1, poll_interval=0.05)
+        thread = run_worker(worker)
+        wait_for(lambda: fake.stats().requests == 1 and established_to(fake.port) == 1)
+        before = len(rt.events(run_id))
+        assert rt.cancel(run_id)
+        took = wait_for(lambda: worker.stats.outcomes.get(str(Outcome.CANCELLED)) == 1)
+        assert took < lease, took
+        assert worker.inflight == 0
+        wait_for(lambda: established_to(fake.port) == 0, timeout=2.0)  # the request is closed
+        worker.stop()
+        thread.join(10)
+        assert fake.stats().answered == 0
+    events = rt.events(run_id)
+    assert [e.kind for e in events[before:]] == [EventKind.CANCELLED]  # nothing more written
 
 
 class CountingRenewals:
