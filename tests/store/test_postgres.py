@@ -403,3 +403,26 @@ def test_an_unreachable_or_missing_database_is_a_clear_error(pg_cluster: Cluster
                 store.now()
         finally:
             store.close()
+
+
+def test_a_step_after_a_rollback_on_its_connection_finds_its_prepared_statement(
+    pg_url: str,
+) -> None:
+    """psycopg prepares a query it has run five times on a connection; once it has, a
+    ROLLBACK there (a deadlock's victim, any failed transaction) makes it send DEALLOCATE ALL
+    before the next query, which drops the step's own prepared statement too. Seen in a
+    benchmark: every later step on that connection failed and its run was dead-lettered."""
+    store = PostgresStore(pg_url, retry_seconds=20, pool_min_size=1, pool_max_size=1)
+    try:
+        run_id = enqueue(store)
+        lease = claim_one(store).lease
+        assert store.record_step(lease, 30, [step(n=1)]) == [2]  # prepared on the connection
+        for _ in range(6):
+            store.get_run(run_id)  # now psycopg has prepared a statement of its own
+        with store._connection(time.monotonic() + WAIT) as conn:
+            conn.execute("BEGIN")
+            conn.execute("ROLLBACK")
+        assert store.record_step(lease, 30, [step(n=2)]) == [3]
+        assert [e.sequence for e in store.events(run_id)] == [0, 1, 2, 3]
+    finally:
+        store.close()
