@@ -172,7 +172,7 @@ class Nemesis:
             self.restart()
         elif pg and roll < 0.2:
             self.terminate_backends()
-        elif roll < 0.3:
+        elif roll < 0.3 and not self.args.no_stops:
             self.stop()
         elif roll < 0.4:
             self.drain_one()
@@ -445,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--lease", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--no-stops", action="store_true", help="no SIGSTOP (its share of the acts drains)"
+    )
     parser.add_argument(
         "--probed",
         type=float,
