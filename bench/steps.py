@@ -145,20 +145,22 @@ def durable(url: str, k: int, runs: int, tool: str = "read") -> tuple[float, int
     return seconds, writes[0], (after - before) if before >= 0 else -1
 
 
-def kept(url: str, runs: int, lease: float, keeper: bool) -> float:
-    """Seconds to drain `runs` runs of k = 10 at concurrency 8, with or without the keeper."""
+def kept(url: str, runs: int, lease: float, keeper: bool) -> tuple[float, int]:
+    """Seconds to drain `runs` runs of k = 10 at concurrency 8, with or without the keeper,
+    and the write transactions it took (a keeper round is one)."""
     with tenure_runtime(url) as rt:
         rt.enqueue_many([request(KEEPER_STEPS) for _ in range(runs)])
     with tenure_runtime(url, lease_seconds=lease) as rt:
         if not keeper:
             rt._keeper.close()
         rt.store  # noqa: B018
+        writes = count_writes(rt)
         started = time.perf_counter()
         rt.work(concurrency=KEEPER_CONCURRENCY, burst=True, poll_interval=0.01)
         seconds = time.perf_counter() - started
         if len(rt.runs(status=RunStatus.COMPLETED, limit=runs + 1)) != runs:
             sys.exit("steps: not every run completed")
-    return seconds
+    return seconds, writes[0]
 
 
 def keeper_table(stores: list[tuple[str, Callable[[], str]]], runs: int, times: int) -> c.Table:
@@ -170,18 +172,23 @@ def keeper_table(stores: list[tuple[str, Callable[[], str]]], runs: int, times: 
     for name, url_for in stores:
         for lease in KEEPER_LEASES:
             ms = {True: c.Series(), False: c.Series()}
+            commits = {True: c.Series(), False: c.Series()}
             for _ in range(times):
                 for keeper in (False, True):  # alternated: drift hits both alike
-                    ms[keeper].add(kept(url_for(), runs, lease, keeper) / (runs * per_run) * 1000)
-            table.add(f"tenure/{name}", f"lease {lease:g}s, no keeper", ms[False], fmt=".3f")
-            table.add(
-                f"tenure/{name}",
-                f"lease {lease:g}s, keeper",
-                ms[True],
-                fmt=".3f",
-                baseline=ms[False],
-                note="tenure/peer = without / with; target >= 0.95x",
-            )
+                    seconds, writes = kept(url_for(), runs, lease, keeper)
+                    ms[keeper].add(seconds / (runs * per_run) * 1000)
+                    commits[keeper].add(writes / (runs * per_run))
+            for keeper in (False, True):
+                what = f"lease {lease:g}s, {'keeper' if keeper else 'no keeper'}"
+                table.add(
+                    f"tenure/{name}",
+                    what,
+                    ms[keeper],
+                    fmt=".3f",
+                    baseline=ms[False] if keeper else None,
+                    note="tenure/peer = without / with; target >= 0.95x" if keeper else "",
+                )
+                table.add(f"tenure/{name}", f"{what}: commits/step", commits[keeper], fmt=".3f")
     return table
 
 
