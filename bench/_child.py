@@ -5,6 +5,7 @@
     python bench/_child.py longdrain URL N CONCURRENCY MARK_AT
     python bench/_child.py work SYSTEM URL CONCURRENCY LEASE_SECONDS
     python bench/_child.py modeldrain URL BASE_URL N CONCURRENCY
+    python bench/_child.py modelwork URL BASE_URL LEASE_SECONDS on|off
 
 SYSTEM is tenure, huey, procrastinate or dbos. URL is a tenure/SQLAlchemy-style database URL
 (`sqlite:////abs/path.db`, `postgresql://...`). A drain times the worker from the moment it
@@ -30,6 +31,9 @@ SLEEP_ON_FIRST_ATTEMPT_SECONDS = 60.0
 # MARKER.done when it completes (the recovery benchmark watches both).
 MARKER = os.environ.get("BENCH_MARKER", "")
 PEER_POLL_SECONDS = 0.01
+# The recovery bench runs dozens of idle workers at once on two cores: a calmer poll.
+MODELWORK_POLL_SECONDS = 0.2
+MODEL_TIMEOUT_SECONDS = 900.0
 
 
 def out(**values: Any) -> None:
@@ -214,6 +218,25 @@ def tenure_work(url: str, concurrency: int, lease: float) -> None:
     with tenure_runtime(url, lease_seconds=lease) as rt:
         print(json.dumps({"ready": True}), flush=True)
         rt.work(concurrency=concurrency, poll_interval=0.05)
+
+
+def tenure_modelwork(url: str, base_url: str, lease: float, keeper: str) -> None:
+    """Work the queue at concurrency 1; each run's model call goes to `base_url`. With
+    keeper "off" the lease keeper is closed before the first claim (a closed keeper keeps
+    nothing): leases are renewed only at step boundaries, as before the keeper existed."""
+    from tenure.providers import OpenAICompatible
+
+    timeout = MODEL_TIMEOUT_SECONDS
+    with (
+        tenure_runtime(url, lease_seconds=lease) as rt,
+        OpenAICompatible("fake", base_url=base_url, timeout=timeout) as model,
+    ):
+        rt.add_model("fake", model, timeout=timeout)
+        if keeper == "off":
+            rt._keeper.close()
+        rt.store  # noqa: B018 -- the schema exists before the first claim
+        print(json.dumps({"ready": True}), flush=True)
+        rt.work(concurrency=1, poll_interval=MODELWORK_POLL_SECONDS)
 
 
 # -- huey ------------------------------------------------------------------------------------
@@ -447,6 +470,8 @@ def main(argv: list[str]) -> None:
         tenure_longdrain(rest[0], int(rest[1]), int(rest[2]), int(rest[3]))
     elif command == "work":
         work(*rest)
+    elif command == "modelwork":
+        tenure_modelwork(rest[0], rest[1], float(rest[2]), rest[3])
     elif command == "modeldrain":
         tenure_modeldrain(rest[0], rest[1], int(rest[2]), int(rest[3]))
     else:

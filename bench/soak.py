@@ -11,7 +11,13 @@ PostgreSQL terminates the workers' backends or restarts the server (a private cl
 `tests/_postgres.py`). When the kills are done and every run has ended, the workers drain and
 `tenure.audit` checks the database and the external ledger that the `pay` tool writes.
 
+With `--probed S`, a share S of the payments are made by `pay_probed`: the same write with a
+probe that reads the ledger by idempotency key (SPEC §16), so that a run whose worker died
+inside it goes back in doubt instead of to a person.
+
 Printed: runs, kills, stops, backend kills, restarts, completed and dead-lettered by reason,
+dead-lettered runs whose non-idempotent fence stands (with and without a probe), in-doubt
+requeues and probe verdicts,
 recovery from a kill to the re-claim of each run the killed worker held (median, p99, by the
 database's clock), refused writes (from the workers' logs), audit violations. Exit code 0
 when every run ended and the audit found nothing.
@@ -55,8 +61,10 @@ DRAIN_GRACE_SECONDS = 0.3
 # -- the workload --------------------------------------------------------------------------
 
 
-def script(rng: random.Random) -> list[dict[str, Any]]:
-    """3 to 10 steps, perhaps with a failure: once (retried), always (exhausted), or fatal."""
+def script(rng: random.Random, probed: float = 0.0) -> list[dict[str, Any]]:
+    """3 to 10 steps, perhaps with a failure: once (retried), always (exhausted), or fatal.
+    A share `probed` of the payments go through `pay_probed` (the same write with a probe
+    that reads the ledger by idempotency key, SPEC §16)."""
     turns: list[dict[str, Any]] = []
     for _ in range(rng.randint(2, 9)):  # plus the final answer: 3 to 10 steps
         if rng.random() < 0.3:
@@ -68,7 +76,9 @@ def script(rng: random.Random) -> list[dict[str, Any]]:
             turns.append({"call": [{"tool": "save"}]})
         else:
             hold = round(rng.choice([0.0, 0.0, rng.uniform(0.05, 0.3)]), 2)
-            turns.append({"call": [{"tool": "pay", "args": {"amount": 1, "hold": hold}}]})
+            # No draw without probes: a seed gives the same workload as before they existed.
+            tool = "pay_probed" if probed and rng.random() < probed else "pay"
+            turns.append({"call": [{"tool": tool, "args": {"amount": 1, "hold": hold}}]})
     failure = rng.random()
     at = rng.randrange(len(turns) + 1)
     if failure < 0.15:
@@ -83,13 +93,13 @@ def script(rng: random.Random) -> list[dict[str, Any]]:
     return [*turns, {"say": "done"}]
 
 
-def requests(n: int, rng: random.Random) -> list[RunRequest]:
+def requests(n: int, rng: random.Random, probed: float = 0.0) -> list[RunRequest]:
     return [
         RunRequest(
             prompt=f"soak {i}",
             model="scripted",
-            tools=["read", "save", "pay"],
-            script=script(rng),
+            tools=["read", "save", "pay", "pay_probed"],
+            script=script(rng, probed),
             max_iterations=12,
         )
         for i in range(n)
@@ -162,7 +172,7 @@ class Nemesis:
             self.restart()
         elif pg and roll < 0.2:
             self.terminate_backends()
-        elif roll < 0.3:
+        elif roll < 0.3 and not self.args.no_stops:
             self.stop()
         elif roll < 0.4:
             self.drain_one()
@@ -292,7 +302,8 @@ def dead_letter_reasons(rt: tenure.Runtime, runs: list[tenure.Run]) -> Counter[s
         if not run.is_dead_letter:
             continue
         last = [e for e in rt.events(run.id) if e.kind is EventKind.DEAD_LETTERED][-1].payload
-        why = last.get("error_class") or ("fence" if run.pending_effect else "")
+        fence = ("probed fence" if run.fence_probe else "fence") if run.pending_effect else ""
+        why = last.get("error_class") or fence
         reasons[f"{run.termination_reason} ({last.get('cause')}{', ' + why if why else ''})"] += 1
     return reasons
 
@@ -308,6 +319,26 @@ def handed_back(rt: tenure.Runtime, runs: list[tenure.Run]) -> int:
     )
 
 
+def fence_standing(runs: list[tenure.Run]) -> dict[str, int]:
+    """Dead-lettered runs whose non-idempotent fence still stands, by whether its tool has a
+    probe: the probe-able ones are the runs the probe should have saved (target 0)."""
+    standing = [r for r in runs if r.is_dead_letter and r.pending_effect]
+    probed = sum(r.fence_probe for r in standing)
+    return {"no probe": len(standing) - probed, "probe": probed}
+
+
+def in_doubt(rt: tenure.Runtime, runs: list[tenure.Run]) -> dict[str, int]:
+    """Requeues in doubt and the probes' verdicts."""
+    counts: Counter[str] = Counter()
+    for run in runs:
+        for e in rt.events(run.id):
+            if e.kind is EventKind.REQUEUED and e.payload.get("cause") == "in_doubt":
+                counts["requeued in doubt"] += 1
+            elif e.kind is EventKind.PROBE:
+                counts[f"probe {e.payload.get('verdict')}"] += 1
+    return dict(sorted(counts.items()))
+
+
 # -- the soak ------------------------------------------------------------------------------
 
 
@@ -315,7 +346,7 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
     rt = make_app(args.url, str(args.ledger), args.lease, MAX_REQUEUES)
     rng = random.Random(args.seed)
     started = time.monotonic()
-    pending = requests(args.runs, rng)
+    pending = requests(args.runs, rng, args.probed)
     ids: list[str] = []
     nemesis = Nemesis(args, rt, cluster)
     for _ in range(args.workers):
@@ -366,6 +397,8 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
         "completed": statuses.get("completed", 0),
         "not_ended": sum(not r.status.is_terminal for r in runs),
         "dead_lettered": dict(sorted(dead_letter_reasons(rt, runs).items())),
+        "fence_standing": fence_standing(runs),
+        "in_doubt": in_doubt(rt, runs),
         "runs_held_at_kills": sum(len(k.held) for k in chaos.kills),
         "reclaimed": len(recovered),
         "held_not_reclaimed": dict(other),
@@ -412,6 +445,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--lease", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--no-stops", action="store_true", help="no SIGSTOP (its share of the acts drains)"
+    )
+    parser.add_argument(
+        "--probed",
+        type=float,
+        default=0.0,
+        help="share of the payments made by `pay_probed`, whose probe reads the ledger",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object instead")
     args = parser.parse_args(argv)
     # The soak's own connections see the nemesis too; their retries are expected noise.

@@ -8,7 +8,9 @@ audits afterwards), fsynced before it returns.
 each notes where it is in `LEDGER.marks` (`started`, `returned`) so that a test can kill the
 worker at that point. `pay` (non-idempotent) can wait for a gate file before its effect,
 hold after it, and return (on a run's first attempt) a value that takes `slow_return` seconds
-to serialise, which keeps the worker between the tool's return and its event.
+to serialise, which keeps the worker between the tool's return and its event. `pay_probed`
+and `pay_checked` are `pay` with a probe that reads the ledger by idempotency key;
+`pay_checked`'s probe can also hold the worker inside it or after its verdict.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import tenure
 from tenure import ToolContext, ToolEffect
 
 CRASH_TOOL_TIMEOUT = 0.5
+# Long enough for a test to kill a worker inside the probe, which runs under this timeout.
+CHECKED_TOOL_TIMEOUT = 3.0
 
 
 def _append(path: str, line: str) -> None:
@@ -86,6 +90,7 @@ def make_app(db_url: str, ledger: str, lease: float = 1.0, max_requeues: int = 3
         return {"paid": amount}
 
     _add_probed_pay(rt, ledger, mark)
+    _add_checked_pay(rt, ledger, mark)
 
     @rt.tool(effect=ToolEffect.IDEMPOTENT_WRITE, timeout=CRASH_TOOL_TIMEOUT)
     def save(ctx: ToolContext, slow_return: float = 0.0) -> Any:
@@ -134,6 +139,53 @@ def _add_probed_pay(
         ctx: ToolContext, amount: int, gate: str = "", hold: float = 0.0
     ) -> dict[str, int]:
         """`pay`, with a probe: an interrupted payment goes back in doubt, not to a person."""
+        mark(ctx, "started")
+        while gate and not Path(gate).exists():
+            time.sleep(0.02)
+        _append(ledger, f"{ctx.run_id} {ctx.idempotency_key} {ctx.fencing_token}\n")
+        time.sleep(hold)
+        return {"paid": amount}
+
+
+def _add_checked_pay(
+    rt: tenure.Runtime, ledger: str, mark: Callable[[ToolContext, str], None]
+) -> None:
+    """`pay_checked`: `pay_probed` whose probe can hold a worker where the crash sweep kills
+    it, on the run's first probe (attempt 1): inside the probe (`probe_hold` seconds, less
+    than the tool's timeout, after noting `probing`), or after its `done` verdict and before
+    that verdict is recorded (a result that takes `slow_verdict` seconds to serialise)."""
+
+    def checked(
+        ctx: ToolContext,
+        amount: int,
+        gate: str = "",
+        hold: float = 0.0,
+        probe_hold: float = 0.0,
+        slow_verdict: float = 0.0,
+    ) -> tenure.Probe:
+        mark(ctx, "probing")
+        first = ctx.attempt == 1
+        if first:
+            time.sleep(probe_hold)
+        if ctx.idempotency_key not in {line.split()[1] for line in _lines(ledger)}:
+            return tenure.Probe.not_done()
+        if first and slow_verdict:
+            who = f"{ctx.run_id} {ctx.idempotency_key} {ctx.fencing_token}"
+            return tenure.Probe.done(
+                SlowToSerialise({"paid": amount}, slow_verdict, ledger + ".marks", who)
+            )
+        return tenure.Probe.done({"paid": amount})
+
+    @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout=CHECKED_TOOL_TIMEOUT, probe=checked)
+    def pay_checked(
+        ctx: ToolContext,
+        amount: int,
+        gate: str = "",
+        hold: float = 0.0,
+        probe_hold: float = 0.0,
+        slow_verdict: float = 0.0,
+    ) -> dict[str, int]:
+        """`pay_probed` with a probe that the crash sweep can stop in."""
         mark(ctx, "started")
         while gate and not Path(gate).exists():
             time.sleep(0.02)

@@ -122,12 +122,18 @@ class Keeper:
         return min(rounds) if rounds else 1.0
 
     def _loop(self) -> None:
+        last = self._clock()
         while True:
-            self._wake.wait(self._interval())
+            self._wake.wait(max(0.0, last + self._interval() - self._clock()))
             self._wake.clear()
             with self._lock:
                 if self._closed:
                     return
+            if self._clock() < last + self._interval():
+                # Woken by a segment that starts: its claim has just set a fresh lease, and
+                # it may hold a shorter one, so only the time of the next round changes.
+                continue
+            last = self._clock()
             try:
                 self.run_once()
             except Exception as exc:  # the database is out of reach: the next round retries

@@ -40,7 +40,10 @@ def _recovered_from(runtime: tenure.Runtime, run_id: str, killed: str) -> bool:
     for event in runtime.events(run_id):
         if event.kind is EventKind.CLAIMED:
             holder[event.payload["lease_token"]] = event.payload["worker"]
-        stale = event.kind is EventKind.REQUEUED and event.payload["cause"] == "stale"
+        stale = event.kind is EventKind.REQUEUED and event.payload["cause"] in (
+            "stale",
+            "in_doubt",  # killed inside an invoice: back for its probe
+        )
         if stale and holder[event.payload["lease_token"]].startswith(killed):
             return True
     return False
@@ -82,6 +85,11 @@ def test_demo_prints_an_audit_that_matches_the_database(demo: Demo) -> None:
         r"^  non-idempotent writes: (\d+) ledger rows for (\d+) .* pairs, (\d+) repeated$", out
     )
     (interrupted,) = _number(r"^  interrupted writes: (\d+),", out)
+    (sent, not_sent, unknown) = _number(
+        r"^  interrupted invoices resolved by the probe .*: (\d+) had happened, (\d+) had not "
+        r"and ran once, (\d+) could not tell$",
+        out,
+    )
     (violations, audited_runs, audited_events) = _number(
         r"^  invariants \(tenure\.audit\): (\d+) violations in (\d+) runs and (\d+) events", out
     )
@@ -112,6 +120,11 @@ def test_demo_prints_an_audit_that_matches_the_database(demo: Demo) -> None:
         assert repeated == sum(1 for *_, n in ledger if n > 1) == 0
         journaled = {key for r in runs for key in _journaled_writes(runtime, r.id)}
         assert interrupted == len({key for _, key, _ in ledger} - journaled) == 0
+        # The worker was killed inside an invoice; its probe resolved it.
+        probes = [e for r in runs for e in runtime.events(r.id) if e.kind is EventKind.PROBE]
+        verdicts = Counter(e.payload["verdict"] for e in probes)
+        assert (sent, not_sent, unknown) == (verdicts["done"], verdicts["not_done"], 0)
+        assert sent + not_sent >= 1
 
 
 def test_demo_replaces_its_own_database_and_ignores_the_environment(cli: Cli) -> None:

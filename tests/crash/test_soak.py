@@ -1,5 +1,6 @@
 """The chaos soak (bench/soak.py) at a small size on each store: about 200 runs and 20 kills,
-stops, and on PostgreSQL terminated backends and a server restart; zero audit violations."""
+stops, and on PostgreSQL terminated backends and a server restart; half the payments have a
+probe (SPEC §16); zero audit violations."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def test_chaos_soak(store: str) -> None:
         sys.executable,
         str(ROOT / "bench" / "soak.py"),
         *("--store", store, "--runs", str(RUNS), "--kills", str(KILLS)),
-        *("--workers", "3", "--interval", "0.8", "--rate", "8", "--json"),
+        *("--workers", "3", "--interval", "0.8", "--rate", "8", "--probed", "0.5", "--json"),
     ]
     done = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=280, check=False

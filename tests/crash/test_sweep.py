@@ -19,6 +19,18 @@ Each point is reached with real parts only — scripted turns and the test tools
 | idempotent|                                                               | under the same key |
 | settle    | the test holds the database's write lock (SQLite) or the row  | resume, the final  |
 |           | (PostgreSQL) while the final answer is settled                | model call again   |
+
+Two more points are inside the probe of an interrupted write (SPEC §16), reached by a second
+kill: the first worker is killed inside `pay_checked` (a write with a probe), the run goes
+back in doubt, and the next worker is killed
+
+| point     | how the worker is held there                                  | SPEC says          |
+|-----------|---------------------------------------------------------------|--------------------|
+| probe     | the probe sleeps on the run's first probe (killed once it     | in doubt again;    |
+|           | notes `probing`); the write was held at its gate: not done    | the probe runs     |
+|           |                                                               | again, pays once   |
+| verdict   | the probe answers `done` with a result that takes long to     | in doubt again;    |
+|           | serialise: verdict given, its transaction not made            | `done`, paid once  |
 """
 
 from __future__ import annotations
@@ -229,3 +241,88 @@ def _check(sweep: Sweep, point: Point, ids: list[str]) -> None:
     report = audit(rt.store, sweep.ledger, stranded_after=5)
     assert report.ok, report.summary()
     assert report.unrecorded_writes == (0 if point.completes else sum(lines.values()))
+
+
+# -- inside the probe -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProbePoint:
+    args: dict[str, Any]  # of pay_checked
+    paid_before_the_kill: bool  # the first worker dies after its payment, else before it
+    mark: str  # noted by the probe where the second worker is killed
+
+
+PROBE_POINTS = {
+    "probe": ProbePoint({"probe_hold": 2.5}, paid_before_the_kill=False, mark="probing"),
+    "verdict": ProbePoint(
+        {"hold": 30.0, "slow_verdict": 30.0}, paid_before_the_kill=True, mark="returned"
+    ),
+}
+
+
+@pytest.mark.parametrize("repeat", range(REPEATS))
+@pytest.mark.parametrize("name", list(PROBE_POINTS))
+def test_sigkill_inside_the_probe(name: str, repeat: int, db_url: str, tmp_path: Path) -> None:
+    """Two kills per run: inside its write (it goes back in doubt), then at the point inside
+    the probe that resolves it. The run goes back in doubt again, the next worker's probe
+    runs again and decides, and the payment is in the ledger exactly once."""
+    point = PROBE_POINTS[name]
+    ledger = tmp_path / "ledger"
+    gate = tmp_path / "gate"
+    rt = make_app(db_url, str(ledger), LEASE)
+    sweep = Sweep(rt, ledger, db_url)
+    gated = {} if point.paid_before_the_kill else {"gate": str(gate)}
+    args = {"amount": 7, **point.args, **gated}
+    request = RunRequest(
+        prompt="crash",
+        model="scripted",
+        tools=["read", "pay_checked"],
+        script=[READ, {"call": [{"tool": "pay_checked", "args": args}]}, {"say": "paid"}],
+    )
+    ids = rt.enqueue_many([request] * RUNS_PER_KILL)
+
+    def writing(run_id: str) -> bool:
+        if point.paid_before_the_kill:
+            return any(e.run_id == run_id for e in read_ledger(ledger))
+        return sweep.marks(run_id, "started") == 1
+
+    workers = [spawn_worker(db_url, ledger, "--lease", str(LEASE), "--concurrency", "2")]
+    try:
+        wait_for(lambda: all(writing(r) for r in ids), 20)
+        workers[0].send_signal(signal.SIGKILL)
+        workers[0].wait()
+        gate.touch()  # a write run again after `not_done` goes through at once
+        workers.append(spawn_worker(db_url, ledger, "--lease", str(LEASE), "--concurrency", "2"))
+        wait_for(lambda: all(sweep.marks(r, point.mark) == 1 for r in ids), 30)
+        workers[1].send_signal(signal.SIGKILL)
+        workers[1].wait()
+        workers.append(spawn_worker(db_url, ledger, "--lease", str(LEASE), "--concurrency", "2"))
+        wait_for(lambda: all(rt.status(r).status.is_terminal for r in ids), 30)  # type: ignore[union-attr]
+    finally:
+        for worker in workers:
+            stop(worker)
+    try:
+        _check_probed(sweep, point, ids)
+    finally:
+        rt.close()
+
+
+def _check_probed(sweep: Sweep, point: ProbePoint, ids: list[str]) -> None:
+    rt = sweep.rt
+    lines = Counter(e.run_id for e in read_ledger(sweep.ledger))
+    for run_id in ids:
+        run = rt.status(run_id)
+        events = rt.events(run_id)
+        assert run is not None and run.status is RunStatus.COMPLETED, (run, events)
+        assert lines[run_id] == 1  # exactly once, whichever worker paid
+        causes = [e.payload.get("cause") for e in events if e.kind is EventKind.REQUEUED]
+        assert causes == ["in_doubt", "in_doubt"] and run.attempt == 2
+        assert sweep.marks(run_id, "probing") == 2  # the killed probe, then the one that told
+        verdicts = [e.payload["verdict"] for e in events if e.kind is EventKind.PROBE]
+        assert verdicts == ["done" if point.paid_before_the_kill else "not_done"]
+        assert sweep.marks(run_id, "started") == (1 if point.paid_before_the_kill else 2)
+        reads = [e for e in events if e.kind is EventKind.TOOL and e.payload["name"] == "read"]
+        assert len(reads) == 1
+    report = audit(rt.store, sweep.ledger, stranded_after=5)
+    assert report.ok, report.summary()

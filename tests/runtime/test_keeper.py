@@ -13,7 +13,11 @@ from tenure import EventKind, Outcome, RunRequest, RunStatus, TerminationReason,
 from tenure._ladder import Engine
 from tenure._reaper import Reaper
 from tenure._worker import Worker
+from tenure.providers import OpenAICompatible
 from tenure.store import Lease
+
+from ..fakes._app import Latency
+from ..fakes.openai_service import FakeOpenAI
 
 MakeRuntime = Callable[..., tenure.Runtime]
 
@@ -85,6 +89,43 @@ def test_cancel_during_a_long_model_call_stops_it_within_a_third_of_the_lease(
     assert rt.status(run_id).termination_reason is TerminationReason.CANCELLED  # type: ignore[union-attr]
 
 
+def established_to(port: int) -> int:
+    """TCP connections of this machine in state ESTABLISHED whose remote end is `port`
+    (the client side of the fake service's connections; /proc/net/tcp, IPv4)."""
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return sum(1 for row in rows if int(row[2].split(":")[1], 16) == port and row[3] == "01")
+
+
+def test_cancel_during_a_long_non_streaming_openai_call_closes_it_within_a_third_of_the_lease(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A model call that is not streamed (the answer would come after 30 s): the keeper's
+    round finds the run cancelled, the HTTP request is closed and the slot is free again."""
+    lease = 1.5
+    with (
+        FakeOpenAI(latency=Latency.fixed(30.0)) as fake,
+        OpenAICompatible("fake", base_url=fake.url, timeout=60) as provider,
+    ):
+        rt = make_runtime(lease_seconds=lease)
+        rt.add_model("fake", provider)
+        run_id = rt.enqueue(RunRequest(prompt="p", model="fake"))
+        worker = rt.worker(concurrency=1, poll_interval=0.05)
+        thread = run_worker(worker)
+        wait_for(lambda: fake.stats().requests == 1 and established_to(fake.port) == 1)
+        before = len(rt.events(run_id))
+        assert rt.cancel(run_id)
+        took = wait_for(lambda: worker.stats.outcomes.get(str(Outcome.CANCELLED)) == 1)
+        assert took < lease, took
+        assert worker.inflight == 0
+        wait_for(lambda: established_to(fake.port) == 0, timeout=2.0)  # the request is closed
+        worker.stop()
+        thread.join(10)
+        assert fake.stats().answered == 0
+    events = rt.events(run_id)
+    assert [e.kind for e in events[before:]] == [EventKind.CANCELLED]  # nothing more written
+
+
 class CountingRenewals:
     """The real store; records the batch of every `renew_leases` statement."""
 
@@ -98,6 +139,16 @@ class CountingRenewals:
     def renew_leases(self, leases: Sequence[tuple[Lease, float]]) -> set[str]:
         self.batches.append(len(leases))
         return self._store.renew_leases(leases)  # type: ignore[no-any-return]
+
+
+def test_segments_that_start_do_not_start_keeper_rounds(make_runtime: MakeRuntime) -> None:
+    """A claim has just set a fresh lease: a segment that starts waits for the keeper's next
+    round like the others. (A round at every start cost a write per run: bench/steps.py.)"""
+    rt = make_runtime(lease_seconds=30.0)
+    ids = rt.enqueue_many([sleeping(0.01) for _ in range(20)])
+    rt.work(concurrency=4, burst=True, poll_interval=0.01)
+    assert all(status(rt, i) is RunStatus.COMPLETED for i in ids)
+    assert rt._keeper.rounds == 0  # the drain took far less than a round (lease / 3 = 10 s)
 
 
 def test_one_keeper_round_is_one_statement_for_every_run_in_flight(

@@ -111,6 +111,42 @@ def test_a_claimer_skips_a_row_another_has_locked_instead_of_waiting(
     assert [c.lease.run_id for c in pg.claim("worker:a", None, 30, 10)] == [locked]
 
 
+def test_a_keeper_round_does_not_wait_for_a_row_another_transaction_has_locked(
+    pg: PostgresStore, pg_url: str
+) -> None:
+    """The keeper renews many rows in one statement while a group settle writes many rows
+    in another: if either waited for the other's row locks they could deadlock (seen in a
+    benchmark: a second lost per deadlock). A row locked right now is being written by its
+    own segment, a settle or a cancel: it is left for the next round, not reported lost."""
+    enqueue(pg)
+    enqueue(pg)
+    busy, free = (c.lease for c in pg.claim("worker:a", None, 30, 10))
+    before = {r.id: r.lease_expires for r in pg.runs(status=RunStatus.RUNNING, limit=10)}
+    kept: list[set[str]] = []
+    took: list[float] = []
+
+    def renew() -> None:
+        started = time.monotonic()
+        kept.append(pg.renew_leases([(busy, 60.0), (free, 60.0)]))
+        took.append(time.monotonic() - started)
+
+    with psycopg.connect(pg_url) as other:
+        other.execute("SELECT 1 FROM tenure_runs WHERE id = %s FOR UPDATE", (busy.run_id,))
+        renewal = threading.Thread(target=renew)
+        renewal.start()
+        renewal.join(WAIT)
+        other.rollback()  # a renewal that waited for the lock goes on from here
+    renewal.join(WAIT)
+    assert took and took[0] < 1.0, f"the renewal waited {took}s on a locked row"
+    assert kept == [{busy.run_id, free.run_id}]
+    after = {r.id: r.lease_expires for r in pg.runs(status=RunStatus.RUNNING, limit=10)}
+    assert after[free.run_id] > before[free.run_id]  # type: ignore[operator]
+    assert after[busy.run_id] == before[busy.run_id]  # renewed by a later round
+    assert pg.renew_leases([(busy, 60.0)]) == {busy.run_id}
+    cancelled = pg.cancel(free.run_id)
+    assert cancelled and pg.renew_leases([(free, 60.0)]) == set()  # a missed guard is lost
+
+
 CLAIM_PARAMS = {"owner": "w", "lease": 30.0, "limit": 4, "queues": None, "n": 1}
 FINISHED_RUNS = 20_000
 
@@ -404,3 +440,26 @@ def test_an_unreachable_or_missing_database_is_a_clear_error(pg_cluster: Cluster
                 store.now()
         finally:
             store.close()
+
+
+def test_a_step_after_a_rollback_on_its_connection_finds_its_prepared_statement(
+    pg_url: str,
+) -> None:
+    """psycopg prepares a query it has run five times on a connection; once it has, a
+    ROLLBACK there (a deadlock's victim, any failed transaction) makes it send DEALLOCATE ALL
+    before the next query, which drops the step's own prepared statement too. Seen in a
+    benchmark: every later step on that connection failed and its run was dead-lettered."""
+    store = PostgresStore(pg_url, retry_seconds=20, pool_min_size=1, pool_max_size=1)
+    try:
+        run_id = enqueue(store)
+        lease = claim_one(store).lease
+        assert store.record_step(lease, 30, [step(n=1)]) == [2]  # prepared on the connection
+        for _ in range(6):
+            store.get_run(run_id)  # now psycopg has prepared a statement of its own
+        with store._connection(time.monotonic() + WAIT) as conn:
+            conn.execute("BEGIN")
+            conn.execute("ROLLBACK")
+        assert store.record_step(lease, 30, [step(n=2)]) == [3]
+        assert [e.sequence for e in store.events(run_id)] == [0, 1, 2, 3]
+    finally:
+        store.close()

@@ -97,8 +97,11 @@ def set_order_status(ctx: ToolContext, order_id: str, status: str) -> dict[str, 
     return {"order_id": order_id, "status": status}
 
 
-def send_invoice(ctx: ToolContext, customer_id: str, amount_cents: int) -> dict[str, Any]:
-    """Send an invoice: appends one row to the ledger every time it runs."""
+def send_invoice(
+    ctx: ToolContext, customer_id: str, amount_cents: int, ledger_delay: float = 0.0
+) -> dict[str, Any]:
+    """Send an invoice: appends one row to the ledger every time it runs. `ledger_delay`:
+    seconds the ledger takes to acknowledge a written row (the demo kills a worker then)."""
     cursor = _database().execute(
         "INSERT INTO demo_ledger "
         "(run_id, idempotency_key, fencing_token, customer_id, amount_cents, written_at) "
@@ -112,10 +115,13 @@ def send_invoice(ctx: ToolContext, customer_id: str, amount_cents: int) -> dict[
             time.time(),
         ),
     )
+    time.sleep(ledger_delay)
     return {"invoice": cursor.lastrowid, "customer_id": customer_id, "amount_cents": amount_cents}
 
 
-def invoice_sent(ctx: ToolContext, customer_id: str, amount_cents: int) -> Probe:
+def invoice_sent(
+    ctx: ToolContext, customer_id: str, amount_cents: int, ledger_delay: float = 0.0
+) -> Probe:
     """The probe of `send_invoice` (SPEC §16): the ledger answers by idempotency key, so an
     invoice interrupted by a crash is resolved by looking, not by a person."""
     row = (

@@ -93,7 +93,8 @@ class _Requeues:
 
 
 def _requeues(events: Sequence[Event], killed: Sequence[str]) -> _Requeues:
-    """Was the run requeued after a failure, as stale, as stale from a killed worker's lease?"""
+    """Was the run requeued after a failure, as stale (or in doubt), from a killed worker's
+    lease?"""
     holder: dict[object, str] = {}
     found = _Requeues()
     for e in events:
@@ -101,7 +102,8 @@ def _requeues(events: Sequence[Event], killed: Sequence[str]) -> _Requeues:
             holder[e.payload.get("lease_token")] = str(e.payload.get("worker"))
         elif e.kind is EventKind.REQUEUED and e.payload.get("cause") == "failure":
             found.failure = True
-        elif e.kind is EventKind.REQUEUED and e.payload.get("cause") == "stale":
+        # A run whose worker died inside an invoice is requeued in doubt, for its probe.
+        elif e.kind is EventKind.REQUEUED and e.payload.get("cause") in ("stale", "in_doubt"):
             found.stale = True
             worker = holder.get(e.payload.get("lease_token"), "")
             found.from_killed = found.from_killed or any(worker.startswith(k) for k in killed)

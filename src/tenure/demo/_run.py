@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tenure import RunStatus
+from tenure import Run, RunStatus, ToolEffect
 from tenure._command import CliError, UsageError
 from tenure.demo._app import app, connect, sqlite_path
 from tenure.demo._audit import Audit, audit
@@ -38,6 +38,8 @@ from tenure.demo._workload import SCENARIOS, workload
 DEFAULT_DEMO_DATABASE = "sqlite:///tenure-demo.db"
 # Kill the first worker once this share of the runs has ended (it still holds some then).
 KILL_AT = 0.3
+# From then on, how long to look for a worker inside an invoice before killing one anyway.
+INSIDE_WRITE_WAIT = 5.0
 TICK_SECONDS = 0.2
 STOP_TIMEOUT = 20.0
 # No run ending for this long means the workers are stuck; longer than a fence's lease
@@ -66,6 +68,7 @@ class WorkerProcess:
     log_path: Path
     killed: bool = False
     held_when_killed: int = 0
+    replaced: bool = False
 
     @property
     def prefix(self) -> str:
@@ -95,16 +98,24 @@ class Fleet:
         self.workers.append(worker)
         return worker
 
-    def kill(self, worker: WorkerProcess) -> bool:
-        """SIGKILL `worker` at a moment when it holds runs but no fence.
+    def kill_inside_a_write(self) -> WorkerProcess | None:
+        """SIGKILL the first live worker found inside a non-idempotent write (an invoice):
+        its run goes back in doubt, and the invoice's probe tells whether it was sent."""
+        for worker in self.workers:
+            if not worker.killed and self.kill(worker, inside_write=True):
+                return worker
+        return None
+
+    def kill(self, worker: WorkerProcess, inside_write: bool = False) -> bool:
+        """SIGKILL `worker` at a moment when it holds runs: one of them inside an invoice
+        (`inside_write`), or none of them inside a write (one look then is enough).
 
         The process is frozen (SIGSTOP) while the database is read, so what it holds cannot
-        change between the look and the kill. A worker killed inside a write would keep its
-        fence's long lease (the tool's timeout plus a margin) and the demo would wait for it;
-        the fence itself is covered by the audit either way.
+        change between the look and the kill. A worker killed inside a write keeps its
+        fence's longer lease (the tool's timeout plus a lease) until the reaper takes it.
         """
         pid = worker.proc.pid
-        for _ in range(20):
+        for _ in range(1 if inside_write else 20):
             _freeze(pid)
             try:
                 held = [
@@ -112,7 +123,7 @@ class Fleet:
                     for r in app.runs(RunStatus.RUNNING, limit=1000)
                     if r.claimed_by.startswith(worker.prefix)
                 ]
-                if held and not any(r.pending_effect for r in held):
+                if held and _moment(held, inside_write):
                     os.kill(pid, signal.SIGKILL)
                     worker.proc.wait()
                     worker.killed, worker.held_when_killed = True, len(held)
@@ -156,6 +167,13 @@ def _terminate_gracefully() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _moment(held: list[Run], inside_write: bool) -> bool:
+    """Whether to kill the worker holding `held` now."""
+    if inside_write:
+        return any(r.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE for r in held)
+    return not any(r.pending_effect for r in held)
 
 
 def _freeze(pid: int) -> None:
@@ -214,8 +232,10 @@ def _work(fleet: Fleet, total: int, options: DemoOptions, console: Console) -> N
         TimeElapsedColumn(),
         TextColumn("{task.fields[counts]}"),
     )
-    victim = fleet.start()
+    first = fleet.start()
     fleet.start()
+    killed: WorkerProcess | None = None
+    kill_from: float | None = None  # when KILL_AT was reached
     deadline = time.monotonic() + options.deadline_seconds
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("runs ended", total=total, counts="")
@@ -233,10 +253,17 @@ def _work(fleet: Fleet, total: int, options: DemoOptions, console: Console) -> N
             elif time.monotonic() - last_change > STALL_SECONDS:
                 progress.console.print(f"no run ended for {STALL_SECONDS:g}s: giving up")
                 return
-            if not victim.killed and ended >= total * KILL_AT and fleet.kill(victim):
+            if killed is None and ended >= total * KILL_AT:
+                kill_from = kill_from or time.monotonic()
+                if time.monotonic() - kill_from < INSIDE_WRITE_WAIT:
+                    killed = fleet.kill_inside_a_write()
+                elif fleet.kill(first):  # no invoice in flight: a kill between writes
+                    killed = first
+            if killed is not None and not killed.replaced:
+                killed.replaced = True
                 progress.console.print(
-                    f"killed worker {victim.number} (pid {victim.proc.pid}) with SIGKILL while "
-                    f"it held {victim.held_when_killed} runs"
+                    f"killed worker {killed.number} (pid {killed.proc.pid}) with SIGKILL while "
+                    f"it held {killed.held_when_killed} runs"
                 )
                 spare = fleet.start()
                 progress.console.print(f"started worker {spare.number} (pid {spare.proc.pid})")

@@ -16,6 +16,10 @@ from tenure import RunRequest
 
 TOOLS = ("lookup_order", "set_order_status", "send_invoice")
 LONG_CALL_SECONDS = 3.0
+SLOW_LEDGER = 2.0
+# Where in the queue the slow invoices are (shares of the runs): some are in flight after
+# the first 30 % of the runs have ended, when the demo kills a worker inside a write.
+SLOW_INVOICES_AT = (0.4, 0.55, 0.7)
 Turn = dict[str, Any]
 
 
@@ -80,6 +84,16 @@ def _long_model_call(order: str, customer: str, amount: int) -> list[Turn]:
     ]
 
 
+def _slow_invoice(order: str, customer: str, amount: int) -> list[Turn]:
+    # The ledger is slow to acknowledge: the demo's chaos kills a worker inside this write.
+    # Its run goes back in doubt, and the invoice's probe finds the row by its key.
+    return [
+        _call("lookup_order", order_id=order),
+        _call("send_invoice", customer_id=customer, amount_cents=amount, ledger_delay=SLOW_LEDGER),
+        {"say": f"Invoiced {customer} {amount} cents."},
+    ]
+
+
 def _auth_error(order: str, customer: str, amount: int) -> list[Turn]:
     return [_call("lookup_order", order_id=order), {"fail": "auth"}, {"say": "unreachable"}]
 
@@ -96,6 +110,10 @@ SCENARIOS: dict[str, tuple[int, Callable[[str, str, int], list[Turn]]]] = {
 }
 
 
+# Not drawn by weight: placed at SLOW_INVOICES_AT.
+SLOW_INVOICE = "slow invoice"
+
+
 def _with_sleep(script: list[Turn], rng: random.Random) -> list[Turn]:
     """A model call that takes a while, before one of the answers."""
     answers = [i for i, turn in enumerate(script) if "say" in turn or "call" in turn]
@@ -109,11 +127,15 @@ def workload(runs: int, seed: int = 7) -> list[RunRequest]:
     names = list(SCENARIOS)
     weights = [SCENARIOS[n][0] for n in names]
     requests = []
+    slow = {int(runs * share) for share in SLOW_INVOICES_AT}
     for i in range(runs):
         scenario = rng.choices(names, weights)[0]
+        if i in slow:
+            scenario = SLOW_INVOICE
         order, customer = f"o{i:04d}", f"c{rng.randrange(1000):03d}"
-        script = SCENARIOS[scenario][1](order, customer, rng.randrange(500, 20_000))
-        if rng.random() < 0.7 and scenario != "long model call":
+        make = _slow_invoice if scenario == SLOW_INVOICE else SCENARIOS[scenario][1]
+        script = make(order, customer, rng.randrange(500, 20_000))
+        if rng.random() < 0.7 and scenario not in ("long model call", SLOW_INVOICE):
             script = _with_sleep(script, rng)
         requests.append(
             RunRequest(

@@ -35,6 +35,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "tenure.providers.OpenAICompatible needs the openai package: pip install 'tenure[openai]'"
     ) from exc
 
+from tenure import _loop
 from tenure._errors import Cancelled, InvalidRequest, ProviderError
 from tenure._types import FailureClass, Usage
 from tenure.providers._base import MALFORMED_ARGUMENTS_KEY, ModelCall, ModelReply, Price, ToolCall
@@ -42,6 +43,7 @@ from tenure.providers._http import classify_plain, count_tokens, parse_retry_aft
 from tenure.providers._stream import StreamAssembly
 
 DEFAULT_TIMEOUT = 60.0
+CLOSE_SECONDS = 5.0
 # A local server (vLLM, Ollama, llama.cpp) takes any key, but the SDK insists on one.
 PLACEHOLDER_API_KEY = "not-needed"
 _MAX_ERROR_TEXT = 300
@@ -298,17 +300,25 @@ class OpenAICompatible:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.stream = stream
+        # A call that is not streamed goes through an async client on the process's event
+        # loop when the call can be aborted: cancelling its task closes the HTTP request,
+        # which a thread blocked in a synchronous read cannot do (SPEC §15). A client
+        # passed in is synchronous: its calls block until they end.
+        self._async: openai.AsyncOpenAI | None = None
+        self._async_used = False
         if client is not None:
             self._client = client
             return
         try:
-            self._client = openai.OpenAI(
-                api_key=api_key or _default_key(base_url),
-                base_url=base_url,
-                timeout=timeout,
-                max_retries=max_retries,
-                default_headers=dict(default_headers) if default_headers else None,
-            )
+            options: dict[str, Any] = {
+                "api_key": api_key or _default_key(base_url),
+                "base_url": base_url,
+                "timeout": timeout,
+                "max_retries": max_retries,
+                "default_headers": dict(default_headers) if default_headers else None,
+            }
+            self._client = openai.OpenAI(**options)
+            self._async = openai.AsyncOpenAI(**options)
         except openai.OpenAIError as exc:
             raise InvalidRequest(f"OpenAICompatible: {exc}") from None
 
@@ -329,9 +339,7 @@ class OpenAICompatible:
         try:
             if self.stream:
                 return self._streamed(params, call.on_delta, call.abort)
-            raw = self._client.chat.completions.with_raw_response.create(**params)
-            body = json.loads(raw.http_response.content)
-            return parse_completion(body, self.model, self.prices)
+            return parse_completion(self._answer(params, call), self.model, self.prices)
         except _DeltaCallbackFailed as failed:
             raise failed.error from None
         except Cancelled:
@@ -340,6 +348,24 @@ class OpenAICompatible:
             # Everything leaves classified; what is not recognised is `unknown`, which is
             # what the ladder would make of it anyway, but with the SDK's words kept.
             raise classify_error(exc) from exc
+
+    def _answer(self, params: dict[str, Any], call: ModelCall) -> Any:
+        """The body of a call that is not streamed."""
+        if self._async is None or call.abort is None:
+            raw = self._client.chat.completions.with_raw_response.create(**params)
+            return json.loads(raw.http_response.content)
+        self._async_used = True
+        return _loop.run(
+            self._answer_async(self._async, params),
+            timeout=None,  # the client's own timeout applies
+            abort=call.abort,
+            what=f"the model call of run {call.run_id}",
+        )
+
+    @staticmethod
+    async def _answer_async(client: openai.AsyncOpenAI, params: dict[str, Any]) -> Any:
+        raw = await client.chat.completions.with_raw_response.create(**params)
+        return json.loads(raw.http_response.content)
 
     def _streamed(
         self,
@@ -365,6 +391,9 @@ class OpenAICompatible:
 
     def close(self) -> None:
         self._client.close()
+        if self._async is not None and self._async_used:
+            # Its connections belong to the event loop: closed there.
+            _loop.run(self._async.close(), timeout=CLOSE_SECONDS, what="closing the client")
 
     def __enter__(self) -> OpenAICompatible:
         return self

@@ -92,7 +92,9 @@ class Store(Protocol):
     def renew_leases(self, leases: Sequence[tuple[Lease, float]]) -> set[str]:
         """The lease keeper's round: renew each (lease, seconds) under its own ownership
         guard, only while unexpired, never shortening it, in one statement; the run ids
-        renewed (a missing one is no longer the segment's)."""
+        renewed (a missing one is no longer the segment's). A store with row locks may
+        count a row another transaction holds this instant as renewed: that row is being
+        written right now, and the next round renews it or finds it lost."""
 
     def mark_fence(
         self,

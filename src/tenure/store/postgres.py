@@ -174,6 +174,10 @@ class _CommitUnknown(Exception):
         self.result = result
 
 
+class _Unprepared(Exception):
+    """The connection no longer has the prepared statement `_two_trips` executes."""
+
+
 class _TimestampLoader(psycopg.adapt.Loader):
     """psycopg's own timestamptz loader, except that a value Python cannot hold (past year
     9999, `infinity`) comes back as its text instead of failing the whole fetch: the row
@@ -363,10 +367,27 @@ class PostgresStore(SQLStore):
                     raise _CommitUnknown(xid, rows) from exc
                 _abandon(conn)
                 raise
+            except psycopg.errors.InvalidSqlStatementName as exc:
+                # psycopg sends DEALLOCATE ALL after a rollback on a connection where it has
+                # prepared statements of its own: ours went too. Nothing was written.
+                _abandon(conn)
+                self._prepared.discard(conn)
+                raise _Unprepared from exc
             except BaseException:
                 _abandon(conn)
                 raise
             return rows
+
+    def _two_trips_prepared(self, sql: str, params: dict[str, Any], deadline: float) -> list[Any]:
+        """`_two_trips`, again when the connection had lost the prepared statement: each
+        such connection prepares it again on its next use, so this ends within the pool."""
+        while True:
+            try:
+                return self._two_trips(sql, params, deadline)
+            except _Unprepared:
+                if time.monotonic() >= deadline:
+                    what = "a step's statement is not prepared"
+                    raise StoreError(f"{self._where()}: {what}") from None
 
     def _transaction_status(self, xid: str | None, deadline: float) -> str | None:
         """Whether transaction `xid` committed, asked on a fresh connection."""
@@ -390,7 +411,9 @@ class PostgresStore(SQLStore):
         return self._retrying(lambda deadline: self._transaction(fn, deadline), "write")
 
     def _write_two_trips(self, sql: str, params: dict[str, Any]) -> list[Any]:
-        return self._retrying(lambda deadline: self._two_trips(sql, params, deadline), "write")
+        return self._retrying(
+            lambda deadline: self._two_trips_prepared(sql, params, deadline), "write"
+        )
 
     def _statement(self, sql: str, params: dict[str, Any]) -> list[Any]:
         """One statement that is its own transaction (the connection is in autocommit):

@@ -141,13 +141,25 @@ SELECT last_sequence FROM moved;
 -- lease}) renewed under its own ownership guard, in one statement. Only a lease that has
 -- not expired is renewed (a worker that was frozen past its lease keeps nothing), and a
 -- renewal never shortens a lease (a write's fence lease covers its tool's timeout).
-UPDATE tenure_runs r
-   SET lease_expires = GREATEST(r.lease_expires, {now} + make_interval(secs => b.lease))
-  FROM json_to_recordset(%(batch)s::json) AS b(id text, owner text, token bigint,
-                                                lease double precision)
- WHERE r.id = b.id AND r.status = 'running' AND r.claimed_by = b.owner
-   AND r.lease_token = b.token AND r.lease_expires >= {now}
-RETURNING r.id;
+-- It never waits for a row lock: a multi-row statement that waited could deadlock with a
+-- group settle. A row locked this instant is being written by its segment, a settle or a
+-- cancel; its id is returned as kept, and the next round renews it or finds it lost.
+WITH b AS (
+    SELECT * FROM json_to_recordset(%(batch)s::json) AS b(id text, owner text, token bigint,
+                                                           lease double precision)
+), free AS (
+    SELECT r.id FROM tenure_runs r JOIN b ON r.id = b.id FOR UPDATE OF r SKIP LOCKED
+), renewed AS (
+    UPDATE tenure_runs r
+       SET lease_expires = GREATEST(r.lease_expires, {now} + make_interval(secs => b.lease))
+      FROM b
+     WHERE r.id = b.id AND r.id IN (SELECT id FROM free) AND r.status = 'running'
+       AND r.claimed_by = b.owner AND r.lease_token = b.token AND r.lease_expires >= {now}
+    RETURNING r.id
+)
+SELECT id FROM renewed
+UNION ALL
+SELECT b.id FROM b JOIN tenure_runs r ON r.id = b.id WHERE b.id NOT IN (SELECT id FROM free);
 
 -- name: mark_fence
 -- Stamp the effect of the write about to run; the lease is renewed to cover the tool.
