@@ -16,11 +16,13 @@ and `pay_checked` are `pay` with a probe that reads the ledger by idempotency ke
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,13 +126,57 @@ def make_app(db_url: str, ledger: str, lease: float = 1.0, max_requeues: int = 3
     return rt
 
 
+class FencedLedger:
+    """The outside system of the probe-able payments, made safe against a late call.
+
+    A probe's `not_done` only holds if the interrupted call can no longer land: a worker
+    frozen inside the payment (SIGSTOP, a VM pause) can wake after the probe and pay. So
+    the ledger keeps, per idempotency key, the newest fencing token a probe has asked under
+    (its floor), and refuses a payment under an older token; the probe's read and the floor
+    it raises, and a payment's floor check and its line, are each one step under a lock, as
+    a database would do them in one transaction."""
+
+    def __init__(self, ledger: str) -> None:
+        self.ledger, self.floors = ledger, ledger + ".floors"
+        self.lock = ledger + ".lock"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def paid(self, key: str, token: int) -> bool:
+        """Whether `key` was paid; if not, no payment under a token older than `token`
+        will be taken from now on."""
+        with self._locked():
+            if key in {line.split()[1] for line in _lines(self.ledger)}:
+                return True
+            _append(self.floors, f"{key} {token}\n")
+            return False
+
+    def pay(self, run_id: str, key: str, token: int) -> None:
+        with self._locked():
+            floor = max(
+                (int(t) for k, t in (ln.split() for ln in _lines(self.floors)) if k == key),
+                default=0,
+            )
+            if token < floor:
+                raise RuntimeError(f"refused: payment {key} belongs to a newer attempt")
+            _append(self.ledger, f"{run_id} {key} {token}\n")
+
+
 def _add_probed_pay(
     rt: tenure.Runtime, ledger: str, mark: Callable[[ToolContext, str], None]
 ) -> None:
+    fenced = FencedLedger(ledger)
+
     def paid(ctx: ToolContext, amount: int, gate: str = "", hold: float = 0.0) -> tenure.Probe:
         """The probe of `pay_probed`: the ledger answers by idempotency key (SPEC §16)."""
-        keys = {line.split()[1] for line in _lines(ledger)}
-        if ctx.idempotency_key in keys:
+        if fenced.paid(ctx.idempotency_key, ctx.fencing_token):
             return tenure.Probe.done({"paid": amount})
         return tenure.Probe.not_done()
 
@@ -142,7 +188,7 @@ def _add_probed_pay(
         mark(ctx, "started")
         while gate and not Path(gate).exists():
             time.sleep(0.02)
-        _append(ledger, f"{ctx.run_id} {ctx.idempotency_key} {ctx.fencing_token}\n")
+        fenced.pay(ctx.run_id, ctx.idempotency_key, ctx.fencing_token)
         time.sleep(hold)
         return {"paid": amount}
 

@@ -285,6 +285,9 @@ class Probe:
 
     @classmethod
     def not_done(cls) -> Probe:
+        """Say this only if the interrupted call can no longer land: a worker frozen inside
+        it can wake and finish it. Have the outside system deduplicate by idempotency key,
+        or refuse a write under a fencing token older than the probe's (docs/probes.md)."""
         return cls("not_done")
 
     @classmethod

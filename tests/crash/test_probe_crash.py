@@ -68,3 +68,48 @@ def test_sigkill_inside_a_probed_write_is_resolved_by_its_probe(
     report = audit(rt.store, ledger)
     assert report.ok, report.summary()
     rt.close()
+
+
+def test_a_worker_frozen_inside_a_probed_write_cannot_pay_after_the_probe(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A probe's `not_done` holds only if the interrupted call can no longer land. A worker
+    frozen inside the payment (before its effect) wakes after the probe said `not_done` and
+    the payment was made again: the outside system refuses it, because the probe raised the
+    key's floor to its own fencing token (tests/apps.py `FencedLedger`, the pattern the
+    docs recommend). The payment is in the ledger once, and the audit passes."""
+    ledger = tmp_path / "ledger"
+    gate = tmp_path / "gate"
+    rt = make_app(db_url, str(ledger), LEASE)
+    args = {"amount": 9, "gate": str(gate)}
+    run_id = rt.enqueue(
+        RunRequest(
+            prompt="pay",
+            model="scripted",
+            tools=["pay_probed"],
+            script=[{"call": [{"tool": "pay_probed", "args": args}]}, {"say": "paid"}],
+        )
+    )
+    zombie = spawn(db_url, ledger, "--concurrency", "1", lease=LEASE)
+    survivor = None
+    try:
+        wait_for(lambda: any("started" in m for m in _marks(ledger)), 20, "the write")
+        zombie.freeze()
+        gate.touch()  # the frozen payment will go through its gate as soon as it wakes
+        survivor = spawn(db_url, ledger, "--concurrency", "1", lease=LEASE)
+        wait_for(lambda: rt.status(run_id).status.is_terminal, 30, "the run ended")  # type: ignore[union-attr]
+        assert len(read_ledger(ledger)) == 1
+        zombie.thaw()
+        wait_for(lambda: zombie.lease_lost() >= 1, 20, "the zombie saw its lease lost")
+    finally:
+        zombie.stop()
+        if survivor is not None:
+            survivor.stop()
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED, run
+    assert len(read_ledger(ledger)) == 1, read_ledger(ledger)  # the thawed payment was refused
+    probes = [e.payload["verdict"] for e in rt.events(run_id) if e.kind is EventKind.PROBE]
+    assert probes == ["not_done"]
+    report = audit(rt.store, ledger, worker_logs=[zombie.log])
+    assert report.ok, report.summary()
+    rt.close()
