@@ -128,6 +128,10 @@ class Segment(ToolSteps, Endings):
         """The step in flight has run past its deadline (a hung tool or model call)."""
         return self._deadline is not None and now > self._deadline
 
+    def step_time_left(self, now: float) -> float:
+        """Seconds until the step in flight reaches its deadline (0 without one)."""
+        return 0.0 if self._deadline is None else max(0.0, self._deadline - now)
+
     def lose(self, cancelled: bool) -> None:
         """The keeper's renewal missed: the run is no longer ours. The step in flight is
         aborted and every later write is refused without asking the database."""

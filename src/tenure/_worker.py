@@ -434,7 +434,12 @@ class Worker:
                 max_requeues=self.engine.settings.max_requeues,
             )
             if isinstance(verdict, _policy.InDoubt):
-                if store.requeue_in_doubt(segment.lease, 0.0, FailureClass.UNKNOWN, verdict.why):
+                # The write is still running in this process: its run is claimable only once
+                # the tool's timeout is over, so that the probe asks after the write ended,
+                # and the tool is told its run is gone (`ctx.cancelled`) before that.
+                wait = segment.step_time_left(time.monotonic())
+                if store.requeue_in_doubt(segment.lease, wait, FailureClass.UNKNOWN, verdict.why):
+                    segment.lose(cancelled=False)
                     log.warning("run %s requeued in doubt on drain", segment.run_id)
                     return
                 continue

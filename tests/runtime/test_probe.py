@@ -279,3 +279,53 @@ def test_the_dashboard_shows_the_verdict_and_a_redrive_plan_that_probes(
     )
     assert plan.redrivable and not plan.needs_force
     assert "probe" in plan.why and "in doubt" in plan.why
+
+
+def test_a_drain_sends_a_probeable_write_back_in_doubt_after_its_deadline(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A drain whose grace ends while a probe-able write runs: the run goes back in doubt, but
+    claimable only once the tool's timeout is over (a probe asked sooner could say `not_done`
+    while this process's write is still landing), and the tool sees `ctx.cancelled`."""
+    rt = make_runtime()
+    ledger = Ledger()
+    writing, told = threading.Event(), threading.Event()
+
+    def check(ctx: tenure.ToolContext) -> Probe:
+        return Probe.done("paid") if ledger.paid(ctx.idempotency_key) else Probe.not_done()
+
+    @rt.tool(effect=WRITE, timeout=3, probe=check)
+    def pay(ctx: tenure.ToolContext) -> str:
+        writing.set()
+        deadline = time.monotonic() + 5
+        while not ctx.cancelled and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if ctx.cancelled:
+            told.set()
+            return "stopped before paying"
+        ledger.pay(ctx.idempotency_key)
+        return "paid"
+
+    run_id = rt.enqueue(
+        RunRequest(
+            prompt="pay",
+            model="scripted",
+            tools=["pay"],
+            script=[{"call": [{"tool": "pay"}]}, {"say": "paid"}],
+        )
+    )
+    worker = rt.worker(concurrency=1, poll_interval=0.02, grace_seconds=0.2)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    assert writing.wait(10)
+    started = time.time()
+    worker.stop()
+    thread.join(10)
+    assert told.wait(5), "the tool was not told that its run left it"
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED and run.fence_probe
+    assert [e.payload.get("cause") for e in rt.events(run_id)][-1] == "in_doubt"
+    # claimable no sooner than the write's deadline: 3 s after it started, less the grace
+    assert run.available_at.timestamp() >= started + 2.5
+    assert rt.run_queued(run_id) is None  # not claimable yet
+    assert not ledger.rows
