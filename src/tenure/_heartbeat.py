@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from tenure._classify import describe
+from tenure._errors import DatabaseGone
 from tenure._keeper import ROUND_OF_LEASE
 from tenure.store._base import WorkerInfo, WorkerRow
 
@@ -151,5 +152,7 @@ class Heartbeat:
     def _best_effort(self, what: str, write: Callable[[], None]) -> None:
         try:
             write()
+        except DatabaseGone as exc:  # the worker stops on it and says so, in one line
+            log.debug("%s: %s (%s)", self.worker.id, what, describe(exc))
         except Exception as exc:  # the next beat retries; a row left behind shows it dead
             log.warning("%s: %s (%s)", self.worker.id, what, describe(exc))

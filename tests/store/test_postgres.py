@@ -18,7 +18,8 @@ import tenure
 from tenure import RunRequest, RunStatus
 from tenure._types import EventKind
 from tenure.store import _sql, open_store
-from tenure.store.postgres import PostgresStore, Q, conninfo_from_url
+from tenure.store._pg_conn import Q, conninfo_from_url
+from tenure.store.postgres import PostgresStore
 
 from .._postgres import Cluster
 from .helpers import SHORT_LEASE, claim_one, completed, enqueue, expire, stale_for, step

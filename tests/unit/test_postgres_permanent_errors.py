@@ -6,7 +6,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from tenure.store.postgres import is_permanent, one_line
+from tenure.store._pg_conn import is_permanent, one_line
 
 
 @pytest.mark.parametrize(

@@ -34,9 +34,9 @@ def _queries(dialect: str, now: str) -> dict[str, str]:
 def _dialect(store: Any) -> tuple[str, dict[str, str]]:
     if isinstance(store, _sqlite.SQLiteStore):
         return "sqlite", _queries("sqlite", _sqlite.NOW)
-    from tenure.store import postgres
+    from tenure.store import _pg_conn
 
-    return "postgres", _queries("postgres", postgres.NOW)
+    return "postgres", _queries("postgres", _pg_conn.NOW)
 
 
 def seed_finished(store: SQLStore, n: int) -> None:

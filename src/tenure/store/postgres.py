@@ -19,10 +19,7 @@ truth; aborted → the transaction is run again; unknowable → `DatabaseUnavail
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
-import select
-import socket
 import threading
 import time
 import weakref
@@ -32,25 +29,40 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
-from psycopg.abc import AdaptContext
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from tenure._errors import DatabaseUnavailable, InvalidRequest, StoreError
+from tenure._errors import DatabaseUnavailable, StoreError
 from tenure._json import dumps
 from tenure._types import Usage
 from tenure.store import _sql
 from tenure.store._base import NO_USAGE, Lease, NewEvent, NewRun
 from tenure.store._common import Cursor, SQLStore
 from tenure.store._deltas import DeltaFeed, DeltaPiece
+from tenure.store._pg_conn import (
+    CHECKOUT_TIMEOUT_SECONDS,
+    DEFAULT_POOL_MAX_SIZE,
+    DEFAULT_POOL_MIN_SIZE,
+    DEFAULT_RETRY_SECONDS,
+    PUBLISH_TIMEOUT_SECONDS,
+    RETRY_FIRST_DELAY,
+    RETRY_MAX_DELAY,
+    Q,
+    _abandon,
+    _CommitUnknown,
+    _configure,
+    _Unprepared,
+    conninfo_from_url,
+    is_permanent,
+    one_line,
+)
 from tenure.store._pg_deltas import NotifyFeed, channel
+from tenure.store._pg_listen import Listener
 from tenure.store._rows import aware
 from tenure.store._sqlbase import _event_rows
 
 T = TypeVar("T")
 log = logging.getLogger("tenure.store.postgres")
 
-NOW = "clock_timestamp()"
-Q = _sql.queries("postgres", now=NOW)
 
 # `record_step` prepared once per connection: its parameters in order, with their types.
 _STEP_PARAMETERS = (
@@ -84,128 +96,6 @@ def prepared_step() -> tuple[str, str]:
 
 _PREPARE_STEP, _EXECUTE_STEP = prepared_step()
 
-URL_PREFIXES = ("postgresql://", "postgres://", "postgresql+psycopg://")
-APPLICATION_NAME = "tenure"
-CONNECT_TIMEOUT_SECONDS = 5
-DEFAULT_POOL_MIN_SIZE = 1
-DEFAULT_POOL_MAX_SIZE = 10
-# How long one operation keeps retrying transient failures before DatabaseUnavailable. Long
-# enough to ride out a server restart; the pool's own reconnect backoff is part of it.
-DEFAULT_RETRY_SECONDS = 30.0
-RETRY_FIRST_DELAY = 0.05
-RETRY_MAX_DELAY = 2.0
-# Longest wait for a pooled connection in one attempt (the pool may be reconnecting).
-CHECKOUT_TIMEOUT_SECONDS = 5.0
-# An idle listener proves its connection alive this often (a silent network loss would
-# otherwise leave it waiting forever on a dead socket).
-LISTEN_HEALTH_SECONDS = 30.0
-LISTEN_RECONNECT_MAX_DELAY = 5.0
-# TCP keepalives for the long-lived listener connection.
-LISTEN_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10}
-# A publication of deltas is tried once, this long at most: a late delta is worth nothing.
-PUBLISH_TIMEOUT_SECONDS = 1.0
-
-
-def conninfo_from_url(url: str) -> str:
-    """A libpq connection string from a `postgresql://` / `postgres://` URL, with defaults.
-
-    `postgresql+psycopg://` (the SQLAlchemy spelling) is accepted too. Parameters in the URL
-    win over tenure's defaults (`application_name`, `connect_timeout`).
-    """
-    if not url.startswith(URL_PREFIXES):
-        raise InvalidRequest(f"not a PostgreSQL URL: {url!r} (expected postgresql://...)")
-    if url.startswith("postgresql+psycopg://"):
-        url = "postgresql://" + url[len("postgresql+psycopg://") :]
-    try:
-        given = pg_conninfo.conninfo_to_dict(url)
-    except psycopg.ProgrammingError as exc:
-        raise InvalidRequest(f"malformed PostgreSQL URL {url!r}: {exc}") from None
-    defaults: dict[str, Any] = {
-        "application_name": APPLICATION_NAME,
-        "connect_timeout": CONNECT_TIMEOUT_SECONDS,
-    }
-    return pg_conninfo.make_conninfo(url, **{k: v for k, v in defaults.items() if k not in given})
-
-
-# Errors that waiting does not heal: a database that does not exist, credentials the server
-# refuses, a host name nobody can resolve. They fail at once instead of using up the retry
-# window (and filling the log) on something only a person can fix.
-_PERMANENT_ERRORS = (
-    psycopg.errors.InvalidCatalogName,
-    psycopg.errors.InvalidPassword,
-    psycopg.errors.InvalidAuthorizationSpecification,
-)
-# A connection attempt fails before any SQLSTATE exists: libpq's words are all there is.
-_PERMANENT_MESSAGES = (
-    "does not exist",
-    "password authentication failed",
-    "could not translate host name",
-    "failed to resolve host",  # psycopg resolves names itself before libpq does
-    "no password supplied",
-)
-
-
-def is_permanent(exc: BaseException) -> bool:
-    """Whether a connection or statement error cannot heal by waiting and retrying."""
-    if isinstance(exc, _PERMANENT_ERRORS):
-        return True
-    if not isinstance(exc, psycopg.OperationalError) or exc.sqlstate is not None:
-        return False
-    message = str(exc)
-    return any(words in message for words in _PERMANENT_MESSAGES)
-
-
-def one_line(exc: BaseException) -> str:
-    """libpq's message (one line per address it tried) as one line, without repeats."""
-    parts: list[str] = []
-    for line in str(exc).splitlines():
-        line = " ".join(line.split())
-        if line and line not in parts:
-            parts.append(line)
-    return "; ".join(parts)
-
-
-class _CommitUnknown(Exception):
-    """The connection was lost while COMMIT was in flight."""
-
-    def __init__(self, xid: str | None, result: Any) -> None:
-        super().__init__(f"connection lost during COMMIT of transaction {xid}")
-        self.xid = xid
-        self.result = result
-
-
-class _Unprepared(Exception):
-    """The connection no longer has the prepared statement `_two_trips` executes."""
-
-
-class _TimestampLoader(psycopg.adapt.Loader):
-    """psycopg's own timestamptz loader, except that a value Python cannot hold (past year
-    9999, `infinity`) comes back as its text instead of failing the whole fetch: the row
-    reader then shows that one row as damaged, and the listing goes on."""
-
-    def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
-        super().__init__(oid, context)
-        fast = psycopg.adapters.get_loader(oid, psycopg.pq.Format.TEXT)
-        assert fast is not None
-        self._fast = fast(oid, context)
-
-    def load(self, data: Any) -> Any:
-        try:
-            return self._fast.load(data)
-        except psycopg.DataError:
-            return bytes(data).decode("utf-8", "replace")
-
-
-def _abandon(conn: psycopg.Connection[Any]) -> None:
-    """Roll back a transaction that `_two_trips` left open by failing inside it."""
-    if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        with contextlib.suppress(psycopg.Error):
-            conn.execute("ROLLBACK")
-
-
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    conn.adapters.register_loader("timestamptz", _TimestampLoader)
-
 
 class PostgresStore(SQLStore):
     _q = Q
@@ -233,7 +123,7 @@ class PostgresStore(SQLStore):
         self._opened = False
         self._closed = False
         self._lock = threading.Lock()
-        self._listener = _Listener(self.conninfo)
+        self._listener = Listener(self.conninfo)
         # The pooled connections that hold the prepared statements of `_two_trips`.
         self._prepared: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 
@@ -547,108 +437,3 @@ class PostgresStore(SQLStore):
 
     def follow_deltas(self, run_id: str) -> DeltaFeed:
         return NotifyFeed(self.conninfo, run_id)
-
-
-class _Listening:
-    """One listener thread's life: its stop signal (an Event, and a socket to interrupt
-    `select`) and whether its LISTEN is in place."""
-
-    def __init__(self, run: Callable[[_Listening], None]) -> None:
-        self.stop = threading.Event()
-        self.listening = threading.Event()
-        self.stop_r, self.stop_w = socket.socketpair()
-        self.thread = threading.Thread(target=run, args=(self,), name="tenure-listen", daemon=True)
-
-    def end(self) -> None:
-        self.stop.set()
-        with contextlib.suppress(OSError):
-            self.stop_w.send(b"x")
-        self.thread.join()
-        self.stop_r.close()
-        self.stop_w.close()
-
-
-class _Listener:
-    """One thread per store that LISTENs while anyone is subscribed."""
-
-    def __init__(self, conninfo: str) -> None:
-        self.conninfo = pg_conninfo.make_conninfo(conninfo, **LISTEN_KEEPALIVES)
-        self._wakes: dict[int, Callable[[], None]] = {}
-        self._keys = itertools.count()
-        self._lock = threading.Lock()
-        self._current: _Listening | None = None
-
-    @property
-    def listening(self) -> threading.Event:
-        current = self._current
-        return current.listening if current else threading.Event()
-
-    def add(self, wake: Callable[[], None]) -> Callable[[], None]:
-        with self._lock:
-            key = next(self._keys)
-            self._wakes[key] = wake
-            if self._current is None:
-                self._current = _Listening(self._run)
-                self._current.thread.start()
-
-        def remove() -> None:
-            # Checked and taken under one lock: a subscriber arriving meanwhile either keeps
-            # this thread or starts its own.
-            with self._lock:
-                self._wakes.pop(key, None)
-                ending = None if self._wakes else self._current
-                if ending is not None:
-                    self._current = None
-            if ending is not None:
-                ending.end()
-
-        return remove
-
-    def close(self) -> None:
-        with self._lock:
-            ending, self._current = self._current, None
-        if ending is not None:
-            ending.end()
-
-    def _fire(self) -> None:
-        with self._lock:
-            wakes = list(self._wakes.values())
-        for wake in wakes:
-            try:
-                wake()
-            except Exception:
-                log.exception("a wake callback failed")
-
-    def _run(self, life: _Listening) -> None:
-        delay = RETRY_FIRST_DELAY
-        first = True
-        while not life.stop.is_set():
-            try:
-                with psycopg.connect(self.conninfo, autocommit=True) as conn:
-                    conn.execute(Q["listen"])
-                    life.listening.set()
-                    delay = RETRY_FIRST_DELAY
-                    if not first:
-                        self._fire()
-                    first = False
-                    self._pump(conn, life.stop_r)
-            except psycopg.Error as exc:
-                if life.stop.is_set():
-                    break
-                log.warning("listener connection lost (%s); reconnecting in %.2fs", exc, delay)
-            finally:
-                life.listening.clear()
-            life.stop.wait(delay)
-            delay = min(delay * 2, LISTEN_RECONNECT_MAX_DELAY)
-
-    def _pump(self, conn: psycopg.Connection[Any], stop_r: socket.socket) -> None:
-        stop_fd = stop_r.fileno()
-        while True:
-            # timeout=0 hands over what has arrived (or was buffered by the health check).
-            if any(True for _ in conn.notifies(timeout=0)):
-                self._fire()
-            readable, _, _ = select.select([conn.fileno(), stop_fd], [], [], LISTEN_HEALTH_SECONDS)
-            if stop_fd in readable:
-                return
-            if not readable:
-                conn.execute(Q["now"])  # raises if the connection died silently
