@@ -77,20 +77,7 @@ def make_app(db_url: str, ledger: str, lease: float = 1.0, max_requeues: int = 3
     def mark(ctx: ToolContext, where: str) -> None:
         _append(marks, f"{who(ctx)} {where}\n")
 
-    @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout=CRASH_TOOL_TIMEOUT)
-    def pay(
-        ctx: ToolContext, amount: int, gate: str = "", hold: float = 0.0, slow_return: float = 0.0
-    ) -> Any:
-        """Pay (one ledger line per execution); optionally wait for a gate file first."""
-        mark(ctx, "started")
-        while gate and not Path(gate).exists():
-            time.sleep(0.02)
-        _append(ledger, f"{ctx.run_id} {ctx.idempotency_key} {ctx.fencing_token}\n")
-        time.sleep(hold)
-        if slow_return and ctx.attempt == 0:
-            return SlowToSerialise({"paid": amount}, slow_return, marks, who(ctx))
-        return {"paid": amount}
-
+    _add_pay(rt, ledger, mark, who)
     _add_probed_pay(rt, ledger, mark)
     _add_checked_pay(rt, ledger, mark)
 
@@ -124,6 +111,29 @@ def make_app(db_url: str, ledger: str, lease: float = 1.0, max_requeues: int = 3
         return "rested"
 
     return rt
+
+
+def _add_pay(
+    rt: tenure.Runtime,
+    ledger: str,
+    mark: Callable[[ToolContext, str], None],
+    who: Callable[[ToolContext], str],
+) -> None:
+    marks = ledger + ".marks"
+
+    @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout=CRASH_TOOL_TIMEOUT)
+    def pay(
+        ctx: ToolContext, amount: int, gate: str = "", hold: float = 0.0, slow_return: float = 0.0
+    ) -> Any:
+        """Pay (one ledger line per execution); optionally wait for a gate file first."""
+        mark(ctx, "started")
+        while gate and not Path(gate).exists():
+            time.sleep(0.02)
+        _append(ledger, f"{ctx.run_id} {ctx.idempotency_key} {ctx.fencing_token}\n")
+        time.sleep(hold)
+        if slow_return and ctx.attempt == 0:
+            return SlowToSerialise({"paid": amount}, slow_return, marks, who(ctx))
+        return {"paid": amount}
 
 
 class FencedLedger:

@@ -232,10 +232,8 @@ def _work(fleet: Fleet, total: int, options: DemoOptions, console: Console) -> N
         TimeElapsedColumn(),
         TextColumn("{task.fields[counts]}"),
     )
-    first = fleet.start()
+    chaos = _Chaos(fleet.start())
     fleet.start()
-    killed: WorkerProcess | None = None
-    kill_from: float | None = None  # when KILL_AT was reached
     deadline = time.monotonic() + options.deadline_seconds
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("runs ended", total=total, counts="")
@@ -253,28 +251,46 @@ def _work(fleet: Fleet, total: int, options: DemoOptions, console: Console) -> N
             elif time.monotonic() - last_change > STALL_SECONDS:
                 progress.console.print(f"no run ended for {STALL_SECONDS:g}s: giving up")
                 return
-            if killed is None and ended >= total * KILL_AT:
-                kill_from = kill_from or time.monotonic()
-                if time.monotonic() - kill_from < INSIDE_WRITE_WAIT:
-                    killed = fleet.kill_inside_a_write()
-                elif fleet.kill(first):  # no invoice in flight: a kill between writes
-                    killed = first
-            if killed is not None and not killed.replaced:
-                killed.replaced = True
-                progress.console.print(
-                    f"killed worker {killed.number} (pid {killed.proc.pid}) with SIGKILL while "
-                    f"it held {killed.held_when_killed} runs"
-                )
-                spare = fleet.start()
-                progress.console.print(f"started worker {spare.number} (pid {spare.proc.pid})")
-            exited = [w for w in fleet.workers if not w.killed and w.proc.poll() is not None]
-            if exited:
-                for w in exited:
-                    progress.console.print(
-                        f"worker {w.number} exited on its own ({w.proc.returncode})"
-                    )
+            chaos.tick(fleet, ended >= total * KILL_AT, progress.console)
+            if _exited(fleet, progress.console):
                 return
             time.sleep(TICK_SECONDS)
+
+
+@dataclass
+class _Chaos:
+    """The demo's one kill: once KILL_AT of the runs have ended, a worker inside an invoice
+    (waiting up to INSIDE_WRITE_WAIT for one), else the first worker between writes; then a
+    replacement is started."""
+
+    first: WorkerProcess
+    killed: WorkerProcess | None = None
+    kill_from: float | None = None  # when KILL_AT was reached
+
+    def tick(self, fleet: Fleet, due: bool, console: Console) -> None:
+        if self.killed is None and due:
+            self.kill_from = self.kill_from or time.monotonic()
+            if time.monotonic() - self.kill_from < INSIDE_WRITE_WAIT:
+                self.killed = fleet.kill_inside_a_write()
+            elif fleet.kill(self.first):  # no invoice in flight: a kill between writes
+                self.killed = self.first
+        killed = self.killed
+        if killed is not None and not killed.replaced:
+            killed.replaced = True
+            console.print(
+                f"killed worker {killed.number} (pid {killed.proc.pid}) with SIGKILL while "
+                f"it held {killed.held_when_killed} runs"
+            )
+            spare = fleet.start()
+            console.print(f"started worker {spare.number} (pid {spare.proc.pid})")
+
+
+def _exited(fleet: Fleet, console: Console) -> bool:
+    """Whether a worker nobody killed has exited (the demo cannot go on without it)."""
+    exited = [w for w in fleet.workers if not w.killed and w.proc.poll() is not None]
+    for w in exited:
+        console.print(f"worker {w.number} exited on its own ({w.proc.returncode})")
+    return bool(exited)
 
 
 def _tables(result: Audit, console: Console) -> None:
