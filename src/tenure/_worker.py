@@ -22,7 +22,6 @@ the queue (`release`, guarded by its lease) instead of being started.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import logging
 import os
@@ -35,16 +34,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
-from tenure import _policy
 from tenure._classify import describe
 from tenure._completer import MAX_END_DELAY, Completer, claim_room
 from tenure._endings import Ending
 from tenure._errors import DatabaseGone, StoreError
+from tenure._handback import hand_back
 from tenure._heartbeat import Heartbeat, describe_worker
 from tenure._ladder import Engine, Segment
 from tenure._reaper import Reaper
-from tenure._recovery import dead_letter
-from tenure._types import FailureClass, Outcome, ToolEffect
+from tenure._types import Outcome
 from tenure.store._base import Claimed, Lease
 
 log = logging.getLogger("tenure.worker")
@@ -62,7 +60,6 @@ MAX_BUFFER_WAIT_OF_LEASE = 0.25
 # How often the worker looks for a step hung past its deadline, whose slot it gives back.
 HUNG_CHECK_SECONDS = 0.5
 # How often a drain tries release, then a fenced dead-letter, while its segment still runs.
-HAND_BACK_ATTEMPTS = 3
 _worker_numbers = itertools.count(1)
 
 
@@ -408,49 +405,10 @@ class Worker:
         with self._lock:
             leftover = list(self._active.values())
         for segment in leftover:
-            self._hand_back(segment)
+            if hand_back(self.engine, segment):
+                self.stats.released += 1
         self._completer.close()  # a segment still running from here on settles itself
         self._completer.flush()  # runs that ended while the others were handed back
-
-    def _hand_back(self, segment: Segment) -> None:
-        # `release` refuses a run whose non-idempotent fence stands (in the same UPDATE, so a
-        # fence stamped this instant is seen): that run is dead-lettered instead, because
-        # the write may be happening right now. The segment is still running, though: its
-        # write may finish and clear the fence between the two statements, so the
-        # dead-letter applies only while the fence stands, and a refused pair is tried
-        # again. Both refused every time: the run is no longer ours (it ended, or left us).
-        # A fence whose tool has a probe sends the run back in doubt instead (SPEC §16),
-        # guarded the same way: only while that fence stands.
-        store = self.engine.store
-        for _ in range(HAND_BACK_ATTEMPTS):
-            if store.release(segment.lease):
-                self.stats.released += 1
-                log.info("run %s handed back to the queue (drain)", segment.run_id)
-                return
-            verdict = _policy.drain(
-                ToolEffect.NON_IDEMPOTENT_WRITE,
-                probe=segment.fence_probe,
-                requeue_count=segment.requeue_count,
-                max_requeues=self.engine.settings.max_requeues,
-            )
-            if isinstance(verdict, _policy.InDoubt):
-                # The write is still running in this process: its run is claimable only once
-                # the tool's timeout is over, so that the probe asks after the write ended,
-                # and the tool is told its run is gone (`ctx.cancelled`) before that.
-                wait = segment.step_time_left(time.monotonic())
-                if store.requeue_in_doubt(segment.lease, wait, FailureClass.UNKNOWN, verdict.why):
-                    segment.lose(cancelled=False)
-                    log.warning("run %s requeued in doubt on drain", segment.run_id)
-                    return
-                continue
-            assert verdict is not None
-            settlement = dataclasses.replace(
-                dead_letter(verdict, FailureClass.UNKNOWN, verdict.why, "drain"),
-                only_while_fenced=ToolEffect.NON_IDEMPOTENT_WRITE,
-            )
-            if store.settle(segment.lease, settlement) is not None:
-                log.warning("run %s dead-lettered on drain: %s", segment.run_id, verdict.why)
-                return
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
