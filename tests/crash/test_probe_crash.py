@@ -5,6 +5,7 @@ payment exactly once."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,15 @@ from ._workers import spawn, wait_for
 
 LEASE = 1.0
 pytestmark = pytest.mark.slow
+
+
+def _payment(args: dict[str, Any]) -> RunRequest:
+    return RunRequest(
+        prompt="pay",
+        model="scripted",
+        tools=["pay_probed"],
+        script=[{"call": [{"tool": "pay_probed", "args": args}]}, {"say": "paid"}],
+    )
 
 
 def _marks(ledger: Path) -> list[str]:
@@ -33,14 +43,7 @@ def test_sigkill_inside_a_probed_write_is_resolved_by_its_probe(
     # done: the payment is made, then the worker holds (and is killed) before its event;
     # not_done: the worker is killed while the payment waits for its gate.
     args = {"amount": 9, "hold": 30.0} if paid_before_the_kill else {"amount": 9, "gate": str(gate)}
-    run_id = rt.enqueue(
-        RunRequest(
-            prompt="pay",
-            model="scripted",
-            tools=["pay_probed"],
-            script=[{"call": [{"tool": "pay_probed", "args": args}]}, {"say": "paid"}],
-        )
-    )
+    run_id = rt.enqueue(_payment(args))
     victim = spawn(db_url, ledger, "--concurrency", "1", lease=LEASE)
     survivor = None
     try:
@@ -82,14 +85,7 @@ def test_a_worker_frozen_inside_a_probed_write_cannot_pay_after_the_probe(
     gate = tmp_path / "gate"
     rt = make_app(db_url, str(ledger), LEASE)
     args = {"amount": 9, "gate": str(gate)}
-    run_id = rt.enqueue(
-        RunRequest(
-            prompt="pay",
-            model="scripted",
-            tools=["pay_probed"],
-            script=[{"call": [{"tool": "pay_probed", "args": args}]}, {"say": "paid"}],
-        )
-    )
+    run_id = rt.enqueue(_payment(args))
     zombie = spawn(db_url, ledger, "--concurrency", "1", lease=LEASE)
     survivor = None
     try:

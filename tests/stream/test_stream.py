@@ -208,11 +208,7 @@ def test_only_the_segment_holding_the_run_publishes(runtime: tenure.Runtime) -> 
         ]
         runtime.store.publish_deltas(stale)
         runtime.store.publish_deltas([DeltaPiece(lease, 2, "ours")])
-        got: list[Any] = []
-        deadline = time.monotonic() + 5
-        while not got and time.monotonic() < deadline:
-            got += feed.take(0.1)
-        got += feed.take(0.2)
+        got = _first_deltas(feed)
     finally:
         feed.close()
     assert [(d.sequence, d.chunk, d.text) for d in got] == [(2, 2, "ours")]
@@ -233,11 +229,16 @@ def test_a_piece_that_arrives_after_its_calls_llm_event_is_dropped(
         tool = NewEvent(EventKind.TOOL, {"name": "t"})
         assert runtime.store.record_step(lease, 30.0, [tool]) == [3]
         runtime.store.publish_deltas([DeltaPiece(lease, 0, "next call")])
-        got: list[Any] = []
-        deadline = time.monotonic() + 5
-        while not got and time.monotonic() < deadline:
-            got += feed.take(0.1)
-        got += feed.take(0.2)
+        got = _first_deltas(feed)
     finally:
         feed.close()
     assert [(d.sequence, d.text) for d in got] == [(4, "next call")]
+
+
+def _first_deltas(feed: Any) -> list[Any]:
+    """What a feed delivers: waited for up to 5 s, then whatever follows within 0.2 s."""
+    got: list[Any] = []
+    deadline = time.monotonic() + 5
+    while not got and time.monotonic() < deadline:
+        got += feed.take(0.1)
+    return got + feed.take(0.2)
