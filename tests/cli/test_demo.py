@@ -84,7 +84,7 @@ def test_demo_prints_an_audit_that_matches_the_database(demo: Demo) -> None:
     (rows, pairs, repeated) = _number(
         r"^  non-idempotent writes: (\d+) ledger rows for (\d+) .* pairs, (\d+) repeated$", out
     )
-    (interrupted,) = _number(r"^  interrupted writes: (\d+),", out)
+    (interrupted,) = _number(r"^  interrupted writes \(.*\): (\d+),", out)
     (sent, not_sent, unknown) = _number(
         r"^  interrupted invoices resolved by the probe .*: (\d+) had happened, (\d+) had not "
         r"and ran once, (\d+) could not tell$",

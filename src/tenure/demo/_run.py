@@ -331,8 +331,9 @@ def _report(result: Audit, killed: list[WorkerProcess], seconds: float, console:
         f"{result.ledger_keys} (run, idempotency key) pairs, {result.repeated_writes} repeated"
     )
     console.print(
-        f"  interrupted writes: {result.interrupted_writes}, each left fenced (dead-lettered, or "
-        f"back in doubt for its probe; {result.interrupted_not_fenced} not)"
+        f"  interrupted writes (in the ledger, not in their run's journal): "
+        f"{result.interrupted_writes}, each left fenced (dead-lettered, or back in doubt for "
+        f"its probe; {result.interrupted_not_fenced} not)"
     )
     verdicts = result.resolved_by_probe
     console.print(
