@@ -13,12 +13,14 @@ stalls every other coroutine of the process: that is the price of one loop.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import atexit
 import concurrent.futures
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
@@ -34,6 +36,8 @@ MARGIN_SECONDS = 1.0
 DEADLINE_LEAD_SECONDS = 0.05
 # How often the loop looks at the abort events of the calls in flight (one look for all).
 ABORT_POLL_SECONDS = 0.05
+# A call still running after this long has its abort watched (a shorter one ends first).
+QUICK_SECONDS = 0.05
 
 _lock = threading.Lock()
 _current: _LoopThread | None = None
@@ -136,15 +140,27 @@ def run(
 
     At `timeout` seconds (just before, see `DEADLINE_LEAD_SECONDS`) the coroutine is
     cancelled and `TimedOut` is raised; once `abort` is set it is cancelled and
-    `tenure.Cancelled` is raised. Its own exceptions propagate."""
+    `tenure.Cancelled` is raised. Its own exceptions propagate.
+
+    The waiting thread keeps the clock, and the abort is watched only for a call still
+    running after `QUICK_SECONDS`: a call that ends sooner (most tool calls) costs the loop
+    one task and nothing else, no timer and no watch to set up and take down."""
     owner = _loop_thread()
     if threading.current_thread() is owner.thread:
         coro.close()
         raise RuntimeError(f"{what} cannot wait for itself on the event loop's own thread")
     call: _Call[T] = _Call(coro, timeout, abort, what)
+    cancel_at = None if timeout is None else time.monotonic() + _lead(timeout)
     owner.loop.call_soon_threadsafe(call.start, owner)
     try:
-        finished = call.finished.wait(None if timeout is None else timeout + MARGIN_SECONDS)
+        finished = call.wait(_remaining(cancel_at, QUICK_SECONDS))
+        if not finished and abort is not None:
+            owner.loop.call_soon_threadsafe(call.watch, owner)
+        if not finished:
+            finished = call.wait(_remaining(cancel_at, None))
+        if not finished:  # the deadline: cancel, and give the loop a moment to deliver it
+            owner.loop.call_soon_threadsafe(call.time_out)
+            finished = call.wait(MARGIN_SECONDS)
     except BaseException:  # an interrupted caller (KeyboardInterrupt) leaves nothing behind
         owner.loop.call_soon_threadsafe(call.cancel)
         raise
@@ -155,12 +171,25 @@ def run(
     return call.outcome()
 
 
+def _lead(timeout: float) -> float:
+    return max(0.0, timeout - min(DEADLINE_LEAD_SECONDS, timeout / 10))
+
+
+def _remaining(cancel_at: float | None, cap: float | None) -> float | None:
+    """Seconds to wait: until `cancel_at` (None: no deadline), at most `cap`."""
+    if cancel_at is None:
+        return cap
+    left = max(0.0, cancel_at - time.monotonic())
+    return left if cap is None else min(left, cap)
+
+
 class _Call(Generic[T]):
-    """One coroutine run for a waiting thread: a task on the loop, its timer, its abort.
+    """One coroutine run for a waiting thread: a task on the loop, and its abort.
 
     Built by hand rather than with `run_coroutine_threadsafe` and `asyncio.wait_for`, which
     wrap the coroutine in a second task and a second future: the hand-off is the whole cost
-    of an async tool step, so it is kept to one task and no extra turn of the loop."""
+    of an async tool step, so it is kept to one task, no extra turn of the loop, and a bare
+    lock (released once, when the call ends) for the waiting thread."""
 
     def __init__(
         self,
@@ -173,12 +202,13 @@ class _Call(Generic[T]):
         self.timeout = timeout
         self.abort = abort
         self.what = what
-        self.finished = threading.Event()
+        self._ended = _thread.allocate_lock()
+        self._ended.acquire()
         self.task: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
         self.timed_out = False
         self.dropped = False  # the waiting thread gave up
         self.started = False  # `_drive` has begun awaiting the coroutine
+        self.ended = False
         self.result: T | None = None
         self.error: BaseException | None = None
 
@@ -186,20 +216,28 @@ class _Call(Generic[T]):
     def timed_out_message(self) -> str:
         return f"{self.what} did not finish within {self.timeout or 0:g} s and was cancelled"
 
+    def wait(self, seconds: float | None) -> bool:
+        """Whether the call has ended, waiting at most `seconds` (None: for ever)."""
+        return self._ended.acquire(True, -1 if seconds is None else seconds)
+
+    def _end(self) -> None:
+        self.ended = True
+        self._ended.release()
+
     def start(self, owner: _LoopThread) -> None:
         if self.dropped or (self.abort is not None and self.abort.is_set()):
             # Not started at all: a task cancelled before its first step would never run
             # `_drive`, and the waiting thread would never be woken.
             self.coro.close()
             self.error = self._cancelled()
-            self.finished.set()
+            self._end()
             return
-        self.task = task = owner.loop.create_task(self._drive(owner))
-        if self.timeout is not None:
-            lead = self.timeout - min(DEADLINE_LEAD_SECONDS, self.timeout / 10)
-            self.timer = owner.loop.call_later(lead, self._time_out)
-        if self.abort is not None:
-            owner.aborts.watch(task, self.abort)
+        self.task = owner.loop.create_task(self._drive(owner))
+
+    def watch(self, owner: _LoopThread) -> None:
+        """The call outlasted `QUICK_SECONDS`: from now on its abort cancels it."""
+        if self.task is not None and not self.ended and self.abort is not None:
+            owner.aborts.watch(self.task, self.abort)
 
     async def _drive(self, owner: _LoopThread) -> None:
         # The waiting thread is woken from inside the task's last step, not from a done
@@ -214,9 +252,7 @@ class _Call(Generic[T]):
         finally:
             if self.task is not None:
                 owner.aborts.unwatch(self.task)
-            if self.timer is not None:
-                self.timer.cancel()
-            self.finished.set()
+            self._end()
 
     def _cancelled(self) -> BaseException:
         if self.timed_out:
@@ -225,9 +261,9 @@ class _Call(Generic[T]):
             return Cancelled(f"{self.what} was aborted: the segment no longer holds its run")
         return Cancelled(f"{self.what} was cancelled")
 
-    def _time_out(self) -> None:
-        self.timed_out = True
-        if self.task is not None:
+    def time_out(self) -> None:
+        if self.task is not None and not self.ended:
+            self.timed_out = True
             self.task.cancel()
 
     def cancel(self) -> None:

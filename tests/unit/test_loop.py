@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import warnings
+from typing import Any
 
 import pytest
 
@@ -85,3 +87,54 @@ def test_a_forked_child_gets_a_loop_thread_of_its_own() -> None:
     assert os.read(read, 1) == b"1"
     os.close(read)
     os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("after", [0.0, _loop.QUICK_SECONDS * 3])
+def test_an_abort_set_while_the_call_runs_cancels_it(after: float) -> None:
+    """Set as soon as it runs (before the abort is watched) or once the call counts as
+    long."""
+    started, cancelled, abort = threading.Event(), threading.Event(), threading.Event()
+
+    async def work() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    def set_abort() -> None:
+        started.wait(5)
+        time.sleep(after)
+        abort.set()
+
+    timer = threading.Thread(target=set_abort)
+    timer.start()
+    with pytest.raises(Cancelled, match="aborted"):
+        _loop.run(work(), timeout=10, abort=abort)
+    timer.join()
+    assert cancelled.is_set()
+
+
+def test_a_call_that_ends_quickly_arms_no_timer_and_no_watch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The timeout is kept by the waiting thread, and the abort is watched only for a call
+    still running after `QUICK_SECONDS`: a quick call sets up neither on the loop."""
+
+    async def answer() -> int:
+        return 7
+
+    owner = _loop._loop_thread()
+    armed: list[float] = []
+    call_later = owner.loop.call_later
+
+    def counted(delay: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        armed.append(delay)
+        return call_later(delay, *args, **kwargs)
+
+    monkeypatch.setattr(owner.loop, "call_later", counted)
+    abort = threading.Event()
+    for _ in range(50):
+        assert _loop.run(answer(), timeout=5, abort=abort) == 7
+    assert armed == [] and not owner.aborts.watched
