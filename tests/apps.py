@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import sys
@@ -143,38 +144,44 @@ class FencedLedger:
     frozen inside the payment (SIGSTOP, a VM pause) can wake after the probe and pay. So
     the ledger keeps, per idempotency key, the newest fencing token a probe has asked under
     (its floor), and refuses a payment under an older token; the probe's read and the floor
-    it raises, and a payment's floor check and its line, are each one step under a lock, as
-    a database would do them in one transaction."""
+    it raises, and a payment's floor check and its line, are each one step under the key's
+    lock, as a database would do them in one transaction on the key's row.
+
+    The lock is per key, as a row lock would be: a worker frozen while it holds one key
+    (inside its payment) keeps that key's probe waiting and no other."""
 
     def __init__(self, ledger: str) -> None:
-        self.ledger, self.floors = ledger, ledger + ".floors"
-        self.lock = ledger + ".lock"
+        self.ledger = ledger
+        self.keys = Path(ledger + ".keys")
+
+    def _path(self, key: str, suffix: str) -> Path:
+        return self.keys / (hashlib.sha1(key.encode()).hexdigest() + suffix)
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    def _locked(self, key: str) -> Iterator[None]:
+        self.keys.mkdir(exist_ok=True)
+        fd = os.open(self._path(key, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)  # closing releases the lock
 
+    def _floor(self, key: str) -> int:
+        return max((int(t) for t in _lines(str(self._path(key, ".floor")))), default=0)
+
     def paid(self, key: str, token: int) -> bool:
         """Whether `key` was paid; if not, no payment under a token older than `token`
         will be taken from now on."""
-        with self._locked():
+        with self._locked(key):
             if key in {line.split()[1] for line in _lines(self.ledger)}:
                 return True
-            _append(self.floors, f"{key} {token}\n")
+            _append(str(self._path(key, ".floor")), f"{token}\n")
             return False
 
     def pay(self, run_id: str, key: str, token: int) -> None:
-        with self._locked():
-            floor = max(
-                (int(t) for k, t in (ln.split() for ln in _lines(self.floors)) if k == key),
-                default=0,
-            )
-            if token < floor:
+        with self._locked(key):
+            if token < self._floor(key):
                 raise RuntimeError(f"refused: payment {key} belongs to a newer attempt")
             _append(self.ledger, f"{run_id} {key} {token}\n")
 
