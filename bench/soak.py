@@ -321,10 +321,18 @@ def handed_back(rt: tenure.Runtime, runs: list[tenure.Run]) -> int:
 
 def fence_standing(runs: list[tenure.Run]) -> dict[str, int]:
     """Dead-lettered runs whose non-idempotent fence still stands, by whether its tool has a
-    probe: the probe-able ones are the runs the probe should have saved (target 0)."""
+    probe: the probe-able ones are the runs the probe should have saved (target 0), shown by
+    how they ended (`not_retryable`: the probe could not answer; `retries_exhausted`: the
+    run's requeue budget ran out, the fence kept as evidence)."""
     standing = [r for r in runs if r.is_dead_letter and r.pending_effect]
-    probed = sum(r.fence_probe for r in standing)
-    return {"no probe": len(standing) - probed, "probe": probed}
+    counts = {"no probe": sum(not r.fence_probe for r in standing), "probe": 0}
+    for run in standing:
+        if run.fence_probe:
+            counts["probe"] += 1
+            counts[f"probe, {run.termination_reason}"] = (
+                counts.get(f"probe, {run.termination_reason}", 0) + 1
+            )
+    return counts
 
 
 def in_doubt(rt: tenure.Runtime, runs: list[tenure.Run]) -> dict[str, int]:

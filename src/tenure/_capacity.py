@@ -105,9 +105,10 @@ class Capacity:
     def limits(self) -> dict[str, Limits]:
         return dict(self._limits)
 
-    def call(self, segment: Segment, model: str, provider: Provider, call: ModelCall) -> ModelReply:
+    def call(self, segment: Segment, provider: Provider, call: ModelCall) -> ModelReply:
         """Make the call when capacity allows: wait here while the wait is short (the lease
         keeper holds the lease), else raise `Throttled` for the segment to park the run."""
+        model = call.request.model
         timeout = segment.engine.model_timeout(model)
         # An interactive run cannot be parked (no worker would pick it up): its caller waits.
         longest = timeout if segment.interactive else segment.lease_seconds / 3

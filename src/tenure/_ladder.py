@@ -268,16 +268,16 @@ class Segment(ToolSteps, Endings):
         if stream is not None:
             call = dataclasses.replace(call, on_delta=stream.add)
         try:
-            return self._call_model(call.request.model, provider, call)
+            return self._call_model(provider, call)
         finally:
             if stream is not None:
                 stream.close()
 
-    def _call_model(self, model: str, provider: Provider, call: ModelCall) -> ModelReply:
+    def _call_model(self, provider: Provider, call: ModelCall) -> ModelReply:
         capacity = self.engine.capacity
         if capacity is not None and capacity.active:
-            return capacity.call(self, model, provider, call)
-        with self.step_deadline(self.engine.model_timeout(model)):
+            return capacity.call(self, provider, call)
+        with self.step_deadline(self.engine.model_timeout(call.request.model)):
             return provider.complete(call)
 
     @property
