@@ -343,7 +343,10 @@ def in_doubt(rt: tenure.Runtime, runs: list[tenure.Run]) -> dict[str, int]:
             if e.kind is EventKind.REQUEUED and e.payload.get("cause") == "in_doubt":
                 counts["requeued in doubt"] += 1
             elif e.kind is EventKind.PROBE:
-                counts[f"probe {e.payload.get('verdict')}"] += 1
+                verdict = e.payload.get("verdict")
+                counts[f"probe {verdict}"] += 1
+                if verdict == "unknown":  # why the probe could not answer
+                    counts[f"probe unknown: {str(e.payload.get('reason'))[:70]}"] += 1
     return dict(sorted(counts.items()))
 
 

@@ -180,10 +180,16 @@ class FencedLedger:
             return False
 
     def pay(self, run_id: str, key: str, token: int) -> None:
-        with self._locked(key):
-            if token < self._floor(key):
-                raise RuntimeError(f"refused: payment {key} belongs to a newer attempt")
-            _append(self.ledger, f"{run_id} {key} {token}\n")
+        fd = os.open(self.ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            with self._locked(key):
+                if token < self._floor(key):
+                    raise RuntimeError(f"refused: payment {key} belongs to a newer attempt")
+                os.write(fd, f"{run_id} {key} {token}\n".encode())
+            # Readers see the line once written; the flush to disk need not hold the key.
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _add_probed_pay(
