@@ -1,6 +1,7 @@
 """steps: runs of 1, 10 and 50 read-only tool steps; time and commits per step.
 
     python bench/steps.py [--size RUNS] [--repeat 3] [--quick] [--postgres URL]
+                          [--keeper-only | --async-only]
 
 Each run calls a read-only tool k times (one call per model turn for k = 1, five per turn
 beyond) and then answers, so a run has k tool steps and k/5 + 1 (at least 2) model steps.
@@ -195,6 +196,7 @@ def keeper_table(stores: list[tuple[str, Callable[[], str]]], runs: int, times: 
 def main() -> None:
     p = c.parser(__doc__.splitlines()[0], default_size=100, quick_size=3)
     p.add_argument("--keeper-only", action="store_true", help="only the keeper table")
+    p.add_argument("--async-only", action="store_true", help="only the async tool table")
     args = p.parse_args()
     runs, times = c.size_and_repeat(args)
     table = c.Table(f"steps: ms per step, {runs} runs each, concurrency 1")
@@ -206,6 +208,9 @@ def main() -> None:
         ]
         if pg is not None:
             stores.append(("PostgreSQL", lambda: pg.fresh("steps")))
+        if args.async_only:
+            c.emit(async_table(stores, runs, times), preamble=c.machine())
+            return
         keeper = keeper_table(stores, runs, times)
         if args.keeper_only:
             c.emit(keeper, preamble=c.machine())
