@@ -9,13 +9,13 @@ SELECT {now};
 
 -- name: enqueue
 -- A queued run; a taken idempotency key inserts nothing (the unique index on keys is
--- partial: the conflict target names its condition).
+-- partial: the conflict target names its condition). The caller reads the count of rows
+-- inserted.
 INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
                          last_sequence, created_at, updated_at)
 VALUES (:id, :queue, 'queued', :request, :idempotency_key, {now} + :delay,
         :last_sequence, {now}, {now})
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id;
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
 -- name: find_by_idempotency_key
 SELECT id FROM tenure_runs WHERE idempotency_key = :idempotency_key;
