@@ -242,13 +242,14 @@ class Runtime:
     @staticmethod
     def _new_run(request: RunRequest, *, interactive: bool, delay: float = 0.0) -> NewRun:
         data = _requests.to_json(request)
+        text = _requests.dumps_checked(data)
         return NewRun(
             run_id=new_run_id(),
             queue=request.queue,
-            request=None if interactive else _requests.dumps_checked(data),
+            request=None if interactive else text,
             idempotency_key=request.idempotency_key,
             delay=delay,
-            events=(NewEvent(EventKind.REQUEST, data),),
+            events=(NewEvent(EventKind.REQUEST, data, text),),
         )
 
     # -- running -------------------------------------------------------------------------

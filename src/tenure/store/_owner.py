@@ -37,7 +37,7 @@ class OwnerTransitions(SQLBase):
             out = []
             events: list[dict[str, Any]] = []  # every run's events, one insert at the end
             for run in runs:
-                row = cur.execute(
+                cur.execute(
                     self._q["enqueue"],
                     {
                         "id": run.run_id,
@@ -47,8 +47,10 @@ class OwnerTransitions(SQLBase):
                         "delay": run.delay,
                         "last_sequence": len(run.events) - 1,
                     },
-                ).fetchone()
-                if row is None:
+                )
+                # No row inserted (by the statement's count: SQLite's enqueue has no
+                # RETURNING, which costs it a result table per insert): the key is taken.
+                if cur.rowcount == 0:
                     existing = cur.execute(
                         self._q["find_by_idempotency_key"],
                         {"idempotency_key": run.idempotency_key},

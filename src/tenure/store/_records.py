@@ -46,6 +46,9 @@ class Claimed:
 class NewEvent:
     kind: EventKind
     payload: dict[str, Any]
+    # The payload already encoded as JSON, when its writer had to encode it anyway (an
+    # enqueue stores the request's text in the run row too): the store writes it as it is.
+    text: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

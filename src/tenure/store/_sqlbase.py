@@ -65,7 +65,7 @@ def _event_rows(
             "attempt": attempt,
             "lease_token": token,
             "kind": str(e.kind),
-            "payload": dumps(e.payload),
+            "payload": dumps(e.payload) if e.text is None else e.text,
         }
         for i, e in enumerate(events)
     )

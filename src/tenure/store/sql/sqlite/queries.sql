@@ -8,13 +8,14 @@
 SELECT {now};
 
 -- name: enqueue
--- A queued run; a taken idempotency key inserts nothing.
+-- A queued run; a taken idempotency key inserts nothing (the unique index on keys is
+-- partial: the conflict target names its condition). The caller reads the count of rows
+-- inserted.
 INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
                          last_sequence, created_at, updated_at)
 VALUES (:id, :queue, 'queued', :request, :idempotency_key, {now} + :delay,
         :last_sequence, {now}, {now})
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id;
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
 -- name: find_by_idempotency_key
 SELECT id FROM tenure_runs WHERE idempotency_key = :idempotency_key;
@@ -199,14 +200,15 @@ RETURNING last_sequence, attempt, lease_token;
 -- name: held_by
 -- The runs an owner holds now (a worker checks its claims after a commit whose outcome it
 -- could not learn).
+-- (`status <> 'queued'` lets the planner use tenure_runs_listing_dequeued.)
 SELECT id, claimed_by, lease_token, attempt FROM tenure_runs
- WHERE status = 'running' AND claimed_by = :owner;
+ WHERE status = 'running' AND status <> 'queued' AND claimed_by = :owner;
 
 -- name: stale_runs
 -- Running rows whose lease expired: candidates for the reaper.
 SELECT id, lease_token, pending_effect, request IS NOT NULL, requeue_count, fence_probe
   FROM tenure_runs
- WHERE status = 'running' AND lease_expires < {now}
+ WHERE status = 'running' AND status <> 'queued' AND lease_expires < {now}
  ORDER BY lease_expires
  LIMIT :limit;
 
@@ -361,8 +363,12 @@ SELECT {run_columns}, NULL FROM tenure_runs
 
 -- name: run_counts
 -- How many runs are in each status, by termination reason (the dashboard's counts).
+-- Queued runs are counted in the claimable index, the others in the listing index.
 SELECT status, termination_reason, COUNT(*) FROM tenure_runs
- GROUP BY status, termination_reason;
+ WHERE status <> 'queued'
+ GROUP BY status, termination_reason
+UNION ALL
+SELECT 'queued', '', COUNT(*) FROM tenure_runs WHERE status = 'queued' HAVING COUNT(*) > 0;
 
 -- name: requeue_in_doubt
 -- SPEC §16: a run whose non-idempotent write may have happened goes back to the queue with

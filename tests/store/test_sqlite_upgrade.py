@@ -1,0 +1,111 @@
+"""Migration 0011 rebuilds SQLite's run table (a column's UNIQUE cannot be dropped in place):
+a database written by the schema before it keeps every row and every value, its keys still
+deduplicate, and its trigger still clears a run's deltas. (SQLite only: PostgreSQL's 0011
+changes nothing.)"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tenure.store import _sql
+from tenure.store._records import NewRun
+from tenure.store.sqlite import SQLiteStore, _statements
+
+REBUILT = 11
+# One run in each kind of state the old schema could hold, two with keys and two without.
+ROWS = [
+    "('q1', 'default', 'queued', '', '{}', 'key-1', '', NULL, 0, 0, 5.0, '', 0, '', '', NULL,"
+    " 0, 0, 0, 0, 1.0, NULL, NULL, 1.0, NULL, NULL, NULL, 0, NULL, 0)",
+    "('q2', 'other', 'queued', '', '{}', NULL, '', NULL, 0, 2, 6.0, '', 1, 'timeout', 'slow',"
+    " NULL, 0, 0, 0, 3, 2.0, 2.0, NULL, 2.0, NULL, NULL, NULL, 1, NULL, 0)",
+    "('r1', 'default', 'running', '', '{}', NULL, 'worker:h:1:0', 99.0, 3, 0, 1.0,"
+    " 'non_idempotent_write', 1, '', '', NULL, 10, 20, 0.5, 7, 3.0, 3.0, NULL, 3.0, NULL,"
+    ' NULL, NULL, 0, \'{"tool": "pay"}\', 1)',
+    "('c1', 'default', 'completed', 'completed', NULL, 'key-2', '', NULL, 1, 0, 1.0, '', 0,"
+    " '', '', 'done', 1, 2, 0.25, 4, 4.0, 4.0, 5.0, 5.0, NULL, NULL, NULL, 0, NULL, 0)",
+    "('w1', 'default', 'waiting_for_approval', '', '{}', NULL, '', NULL, 1, 0, 1.0, '', 0,"
+    " '', '', NULL, 0, 0, 0, 2, 6.0, 6.0, NULL, 6.0, '{\"kind\": \"approval\"}', NULL, 9.0,"
+    " 0, NULL, 0)",
+]
+
+
+def _old_database(path: Path) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(
+        "CREATE TABLE tenure_schema_version (version INTEGER NOT NULL, applied_at REAL NOT NULL)"
+    )
+    for version, script in _sql.migrations("sqlite"):
+        if version >= REBUILT:
+            continue
+        for statement in _statements(script):
+            conn.execute(statement)
+        conn.execute("INSERT INTO tenure_schema_version VALUES (?, 0)", (version,))
+    for row in ROWS:
+        conn.execute(f"INSERT INTO tenure_runs VALUES {row}")
+    conn.execute(
+        "INSERT INTO tenure_deltas (run_id, sequence, chunk, text) VALUES ('r1', 8, 0, 'x')"
+    )
+    conn.close()
+
+
+def _all_rows(path: Path) -> list[tuple[object, ...]]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT * FROM tenure_runs ORDER BY id").fetchall()
+    conn.close()
+    return rows
+
+
+@pytest.fixture
+def upgraded(tmp_path: Path) -> tuple[Path, list[tuple[object, ...]], SQLiteStore]:
+    path = tmp_path / "old.db"
+    _old_database(path)
+    before = _all_rows(path)
+    store = SQLiteStore(f"sqlite:///{path}")
+    store.migrate()
+    return path, before, store
+
+
+def test_every_row_and_value_survives_the_rebuild(
+    upgraded: tuple[Path, list[tuple[object, ...]], SQLiteStore],
+) -> None:
+    path, before, store = upgraded
+    try:
+        assert store.schema_version() >= REBUILT
+        assert len(before) == len(ROWS)
+        assert _all_rows(path) == before
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        conn.close()
+    finally:
+        store.close()
+
+
+def test_keys_still_deduplicate_and_runs_without_a_key_do_not_collide(
+    upgraded: tuple[Path, list[tuple[object, ...]], SQLiteStore],
+) -> None:
+    _, _, store = upgraded
+    try:
+        taken = NewRun("new-1", "default", "{}", "key-1")
+        assert store.enqueue(taken) == ("q1", False)
+        assert store.enqueue(NewRun("new-2", "default", "{}", None)) == ("new-2", True)
+        assert store.enqueue(NewRun("new-3", "default", "{}", None)) == ("new-3", True)
+        assert store.enqueue(NewRun("new-4", "default", "{}", "key-3")) == ("new-4", True)
+    finally:
+        store.close()
+
+
+def test_a_run_leaving_running_still_clears_its_deltas(
+    upgraded: tuple[Path, list[tuple[object, ...]], SQLiteStore],
+) -> None:
+    path, _, store = upgraded
+    try:
+        assert store.cancel("r1")
+        with sqlite3.connect(path) as conn:
+            left = conn.execute("SELECT COUNT(*) FROM tenure_deltas WHERE run_id = 'r1'")
+            assert left.fetchone()[0] == 0
+        conn.close()
+    finally:
+        store.close()
