@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -73,8 +73,10 @@ log = logging.getLogger("tenure.store.postgres")
 
 
 def step_nonce() -> int:
-    """A step's own number (63 bits: a bigint), the same on every try of that step."""
-    return secrets.randbits(63)
+    """A step's own number (63 bits: a bigint), the same on every try of that step. It only
+    has to differ from the number of the run's previous step under the same lease, so the
+    process's generator does (`secrets` would cost a system call per step)."""
+    return random.getrandbits(63)
 
 
 class PostgresStore(SQLStore):
