@@ -111,8 +111,8 @@ def count_writes(rt: Runtime) -> list[int]:
     store: Any = rt.store
     counted = [0]
     # `_write` runs a function in a transaction; PostgreSQL's one-statement paths (an
-    # enqueue, a step) commit through these instead.
-    for name in ("_write", "_write_two_trips", "_statement"):
+    # enqueue, a step) commit through `_statement` instead.
+    for name in ("_write", "_statement"):
         if hasattr(store, name):
             setattr(store, name, _counting(getattr(store, name), counted))
     return counted

@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -331,7 +331,7 @@ def proxy(pg_cluster: Cluster) -> Iterator[LoseCommitReply]:
     p.close()
 
 
-def test_a_heartbeat_whose_commit_reply_was_lost_is_not_applied_twice(
+def test_a_settle_whose_commit_reply_was_lost_is_not_reported_lost(
     pg: PostgresStore, pg_url: str, proxy: LoseCommitReply, pg_cluster: Cluster
 ) -> None:
     via_proxy = pg_url.replace(f":{pg_cluster.port}/", f":{proxy.port}/")
@@ -339,11 +339,8 @@ def test_a_heartbeat_whose_commit_reply_was_lost_is_not_applied_twice(
     try:
         run_id = enqueue(store)
         lease = claim_one(store).lease
-        proxy.armed.set()
-        # A blind retry would pass the guard again and append this step a second time.
         assert store.record_step(lease, 30, [step(n=1)]) == [2]
-        assert proxy.dropped.is_set()
-        assert [e.sequence for e in pg.events(run_id)] == [0, 1, 2]
+        assert not proxy.dropped.is_set()
         proxy.armed.set()
         # A blind retry would fail the guard and report a settle that won as lost.
         assert store.settle(lease, completed())
@@ -353,6 +350,162 @@ def test_a_heartbeat_whose_commit_reply_was_lost_is_not_applied_twice(
         assert [e.kind for e in pg.events(run_id)].count(EventKind.ASSEMBLED) == 1
     finally:
         store.close()
+
+
+class LoseCommittedReply(LoseCommitReply):
+    """A proxy that, once armed, loses the first reply that tells the client its transaction
+    has ended: PostgreSQL's ReadyForQuery with status idle, whichever message committed (a
+    COMMIT, or a statement that is its own transaction in autocommit). The server committed;
+    the client only sees its connection drop. `on_loss` runs before the client can see
+    anything, so a test can change the run meanwhile."""
+
+    IDLE = b"Z\x00\x00\x00\x05I"
+
+    def __init__(self, port: int) -> None:
+        super().__init__(port)
+        self.on_loss: Callable[[], None] = lambda: None
+
+    def _up(self, client: socket.socket, upstream: socket.socket, lose: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                upstream.sendall(data)
+        with contextlib.suppress(OSError):
+            upstream.shutdown(socket.SHUT_WR)
+
+    def _down(self, upstream: socket.socket, client: socket.socket, lose: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := upstream.recv(65536):
+                if self.armed.is_set() and self.IDLE in data:
+                    self.armed.clear()
+                    self.on_loss()
+                    self.dropped.set()
+                    break
+                client.sendall(data)
+        for s in (client, upstream):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def committed_proxy(pg_cluster: Cluster) -> Iterator[LoseCommittedReply]:
+    p = LoseCommittedReply(pg_cluster.port)
+    yield p
+    p.close()
+
+
+@contextlib.contextmanager
+def store_via(proxy: LoseCommitReply, pg_url: str, pg_cluster: Cluster) -> Iterator[PostgresStore]:
+    """A store whose one pooled connection goes through `proxy`, already used for a step (so
+    that the next message the step sends is the step itself)."""
+    via_proxy = pg_url.replace(f":{pg_cluster.port}/", f":{proxy.port}/")
+    store = PostgresStore(via_proxy, retry_seconds=20, pool_min_size=1, pool_max_size=1)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def test_a_step_whose_committed_reply_was_lost_is_applied_once_and_keeps_its_lease(
+    pg: PostgresStore, pg_url: str, committed_proxy: LoseCommittedReply, pg_cluster: Cluster
+) -> None:
+    with store_via(committed_proxy, pg_url, pg_cluster) as store:
+        run_id = enqueue(store)
+        lease = claim_one(store).lease
+        assert store.record_step(lease, 30, [step(n=1)]) == [2]
+        committed_proxy.armed.set()
+        # Run again blindly, the step would append its event twice or, guarded against
+        # that, report the lease it still holds as lost.
+        assert store.record_step(lease, 30, [step(n=2)]) == [3]
+        assert committed_proxy.dropped.is_set()
+        assert store.record_step(lease, 30, [step(n=3)]) == [4]
+        assert [(e.sequence, e.payload.get("n")) for e in pg.events(run_id)] == [
+            (0, None),
+            (1, None),
+            (2, 1),
+            (3, 2),
+            (4, 3),
+        ]
+        assert store.settle(lease, completed())
+        run = pg.get_run(run_id)
+        assert run is not None and run.status is RunStatus.COMPLETED
+
+
+def test_a_step_whose_committed_reply_was_lost_reports_a_lease_taken_meanwhile_as_lost(
+    pg: PostgresStore, pg_url: str, committed_proxy: LoseCommittedReply, pg_cluster: Cluster
+) -> None:
+    with store_via(committed_proxy, pg_url, pg_cluster) as store:
+        run_id = enqueue(store)
+        lease = claim_one(store, lease=SHORT_LEASE).lease
+        assert store.record_step(lease, SHORT_LEASE, [step(n=1)]) == [2]
+
+        def taken_by_another() -> None:
+            expire()
+            assert pg.requeue_stale(stale_for(pg, run_id))
+            claim_one(pg, owner="worker:b")
+
+        committed_proxy.on_loss = taken_by_another
+        committed_proxy.armed.set()
+        # The step committed under its lease, which another worker holds now: the segment
+        # must stop, whatever its step did before the loss.
+        assert store.record_step(lease, SHORT_LEASE, [step(n=2)]) is None
+        assert committed_proxy.dropped.is_set()
+        events = pg.events(run_id)
+        assert [(str(e.kind), e.lease_token) for e in events[2:]] == [
+            ("llm", lease.token),
+            ("llm", lease.token),
+            ("requeued", lease.token),
+            ("claimed", lease.token + 1),
+        ]
+        assert [e.sequence for e in events] == list(range(6))
+
+
+class CutClientMidStatement(LoseCommitReply):
+    """A proxy that, once armed, passes the client's next message on to the server and then
+    cuts the client off at once: the server goes on and commits what it was sent, while the
+    client, seeing its connection lost, tries again before that commit is done."""
+
+    def _up(self, client: socket.socket, upstream: socket.socket, lose: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                upstream.sendall(data)
+                if self.armed.is_set():
+                    self.armed.clear()
+                    self.dropped.set()
+                    client.shutdown(socket.SHUT_RDWR)
+                    return
+        with contextlib.suppress(OSError):
+            upstream.shutdown(socket.SHUT_WR)
+
+
+def test_a_step_retried_while_its_first_try_is_still_committing_is_applied_once(
+    pg: PostgresStore, pg_url: str, pg_cluster: Cluster
+) -> None:
+    # The first try's COMMIT is slowed down (a deferred trigger), so its retry reaches the
+    # row while that try still holds it: the retry must wait, then see the first try's
+    # step as its own rather than the row as it was before.
+    sql(
+        pg_url,
+        "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN IF NEW.payload->>'n' = '2' THEN PERFORM pg_sleep(0.5); END IF; "
+        "RETURN NULL; END $$;"
+        "CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON tenure_events "
+        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()",
+    )
+    proxy = CutClientMidStatement(pg_cluster.port)
+    try:
+        with store_via(proxy, pg_url, pg_cluster) as store:
+            run_id = enqueue(store)
+            lease = claim_one(store).lease
+            assert store.record_step(lease, 30, [step(n=1)]) == [2]
+            proxy.armed.set()
+            assert store.record_step(lease, 30, [step(n=2)]) == [3]
+            assert proxy.dropped.is_set()
+            assert [(e.sequence, e.payload.get("n")) for e in pg.events(run_id)][2:] == [
+                (2, 1),
+                (3, 2),
+            ]
+    finally:
+        proxy.close()
 
 
 def test_a_write_lost_before_its_commit_is_run_again(pg: PostgresStore, pg_url: str) -> None:

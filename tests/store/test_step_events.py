@@ -35,6 +35,19 @@ def test_a_step_without_events_renews_the_lease_and_appends_nothing(store: Store
     assert [e.sequence for e in store.events(run_id)] == [0, 1]
 
 
+def test_the_same_step_recorded_twice_is_two_steps(store: Store) -> None:
+    """A store that recognises a retry of a step (PostgreSQL: by a nonce drawn for each call)
+    must never take a second call with the same events for a retry of the first."""
+    run_id = enqueue(store)
+    lease = claim_one(store).lease
+    assert store.record_step(lease, 30, [step(n=1)]) == [2]
+    assert store.record_step(lease, 30, [step(n=1)]) == [3]
+    assert store.record_step(lease, 30, []) == []
+    assert store.record_step(lease, 30, []) == []
+    assert store.record_step(lease, 30, [step(n=1)]) == [4]
+    assert [e.sequence for e in store.events(run_id)] == [0, 1, 2, 3, 4]
+
+
 def test_payloads_with_null_keep_it_and_values_json_cannot_hold_become_text(
     store: Store,
 ) -> None:

@@ -3,7 +3,6 @@ timestamps are loaded, and the dialect's named queries. No store logic."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import psycopg
@@ -108,10 +107,6 @@ class _CommitUnknown(Exception):
         self.result = result
 
 
-class _Unprepared(Exception):
-    """The connection no longer has the prepared statement `_two_trips` executes."""
-
-
 class _TimestampLoader(psycopg.adapt.Loader):
     """psycopg's own timestamptz loader, except that a value Python cannot hold (past year
     9999, `infinity`) comes back as its text instead of failing the whole fetch: the row
@@ -128,13 +123,6 @@ class _TimestampLoader(psycopg.adapt.Loader):
             return self._fast.load(data)
         except psycopg.DataError:
             return bytes(data).decode("utf-8", "replace")
-
-
-def _abandon(conn: psycopg.Connection[Any]) -> None:
-    """Roll back a transaction that `_two_trips` left open by failing inside it."""
-    if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        with contextlib.suppress(psycopg.Error):
-            conn.execute("ROLLBACK")
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:

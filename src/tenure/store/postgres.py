@@ -14,15 +14,25 @@ again (a heartbeat appending its events twice). So each write transaction notes 
 transaction id before committing, and after such a loss the server is asked whether that
 id committed (`pg_xact_status`): committed → the result computed before the commit is the
 truth; aborted → the transaction is run again; unknowable → `DatabaseUnavailable`.
+
+A step (`record_step`, the heartbeat with its events) is the exception: it is one statement
+that commits on its own in autocommit, one round trip instead of two (BEGIN and the
+statement, then COMMIT), so no transaction id is in hand when its answer is lost. Instead the
+client draws a nonce for each step, and the step's UPDATE stores it on the run row beside
+the lease it renews. A retry of the same step that finds its nonce on the row, under the
+same owner, token and status, knows that an earlier try committed: it changes nothing and
+answers with that try's sequences. One that finds another lease there (the run was reaped,
+cancelled, claimed by another worker since) reports the lease lost, which it is. The step's
+events and its lease renewal stay one statement, hence one transaction.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -47,10 +57,8 @@ from tenure.store._pg_conn import (
     RETRY_FIRST_DELAY,
     RETRY_MAX_DELAY,
     Q,
-    _abandon,
     _CommitUnknown,
     _configure,
-    _Unprepared,
     conninfo_from_url,
     is_permanent,
     one_line,
@@ -64,37 +72,11 @@ T = TypeVar("T")
 log = logging.getLogger("tenure.store.postgres")
 
 
-# `record_step` prepared once per connection: its parameters in order, with their types.
-_STEP_PARAMETERS = (
-    ("id", "text"),
-    ("owner", "text"),
-    ("token", "bigint"),
-    ("attempt", "integer"),
-    ("lease", "double precision"),
-    ("n", "integer"),
-    ("input_tokens", "bigint"),
-    ("output_tokens", "bigint"),
-    ("cost", "double precision"),
-    ("events", "json"),
-)
-
-
-def prepared_step() -> tuple[str, str]:
-    """(PREPARE, EXECUTE) of `record_step`: the same statement text, numbered parameters."""
-    body = Q["record_step"]
-    for number, (name, _) in enumerate(_STEP_PARAMETERS, start=1):
-        body = body.replace(f"%({name})s", f"${number}")
-    if "%(" in body:
-        raise StoreError("record_step names a parameter that _STEP_PARAMETERS does not")
-    types = ", ".join(kind for _, kind in _STEP_PARAMETERS)
-    names = ", ".join(f"%({name})s" for name, _ in _STEP_PARAMETERS)
-    return (
-        f"PREPARE tenure_record_step ({types}) AS\n{body}",
-        f"EXECUTE tenure_record_step ({names})",
-    )
-
-
-_PREPARE_STEP, _EXECUTE_STEP = prepared_step()
+def step_nonce() -> int:
+    """A step's own number (63 bits: a bigint), the same on every try of that step. It only
+    has to differ from the number of the run's previous step under the same lease, so the
+    process's generator does (`secrets` would cost a system call per step)."""
+    return random.getrandbits(63)
 
 
 class PostgresStore(SQLStore):
@@ -124,8 +106,6 @@ class PostgresStore(SQLStore):
         self._closed = False
         self._lock = threading.Lock()
         self._listener = Listener(self.conninfo)
-        # The pooled connections that hold the prepared statements of `_two_trips`.
-        self._prepared: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 
     # -- connections ---------------------------------------------------------------------
 
@@ -230,55 +210,6 @@ class PostgresStore(SQLStore):
                 raise
             return result  # type: ignore[no-any-return]
 
-    def _two_trips(self, sql: str, params: dict[str, Any], deadline: float) -> list[Any]:
-        """One statement in a transaction of its own, in two round trips: BEGIN, the
-        transaction id and the statement travel as one query string (bound here, on the
-        client), COMMIT alone. The id is in hand before COMMIT is sent, so a connection lost
-        during COMMIT is resolved as in `_transaction`; one lost earlier committed nothing.
-        Returns the statement's rows."""
-        with self._connection(deadline) as conn:
-            committing = False
-            xid: str | None = None
-            rows: list[Any] = []
-            try:
-                if conn not in self._prepared:
-                    conn.execute(_PREPARE_STEP)
-                    self._prepared.add(conn)
-                cur = psycopg.ClientCursor(conn)
-                cur.execute(f"{Q['begin_with_id']}; {sql}", params)
-                cur.nextset()
-                xid = cur.fetchone()[0]  # type: ignore[index]
-                cur.nextset()
-                rows = cur.fetchall()
-                committing = True
-                conn.execute("COMMIT")
-            except psycopg.OperationalError as exc:
-                if committing and conn.closed:
-                    raise _CommitUnknown(xid, rows) from exc
-                _abandon(conn)
-                raise
-            except psycopg.errors.InvalidSqlStatementName as exc:
-                # psycopg sends DEALLOCATE ALL after a rollback on a connection where it has
-                # prepared statements of its own: ours went too. Nothing was written.
-                _abandon(conn)
-                self._prepared.discard(conn)
-                raise _Unprepared from exc
-            except BaseException:
-                _abandon(conn)
-                raise
-            return rows
-
-    def _two_trips_prepared(self, sql: str, params: dict[str, Any], deadline: float) -> list[Any]:
-        """`_two_trips`, again when the connection had lost the prepared statement: each
-        such connection prepares it again on its next use, so this ends within the pool."""
-        while True:
-            try:
-                return self._two_trips(sql, params, deadline)
-            except _Unprepared:
-                if time.monotonic() >= deadline:
-                    what = "a step's statement is not prepared"
-                    raise StoreError(f"{self._where()}: {what}") from None
-
     def _transaction_status(self, xid: str | None, deadline: float) -> str | None:
         """Whether transaction `xid` committed, asked on a fresh connection."""
         if xid is None:
@@ -299,11 +230,6 @@ class PostgresStore(SQLStore):
     def _write(self, fn: Callable[[Cursor], T]) -> T:
         """Run `fn` in one transaction, retried whole on a transient failure."""
         return self._retrying(lambda deadline: self._transaction(fn, deadline), "write")
-
-    def _write_two_trips(self, sql: str, params: dict[str, Any]) -> list[Any]:
-        return self._retrying(
-            lambda deadline: self._two_trips_prepared(sql, params, deadline), "write"
-        )
 
     def _statement(self, sql: str, params: dict[str, Any]) -> list[Any]:
         """One statement that is its own transaction (the connection is in autocommit):
@@ -363,7 +289,7 @@ class PostgresStore(SQLStore):
                 ]
             ),
         }
-        rows = self._write_two_trips(_EXECUTE_STEP, params)
+        rows = self._statement(Q["record_step_once"], {**params, "nonce": step_nonce()})
         return list(range(rows[0][0] - n + 1, rows[0][0] + 1)) if rows else None
 
     def _read(self, sql: str, params: dict[str, Any]) -> list[Any]:

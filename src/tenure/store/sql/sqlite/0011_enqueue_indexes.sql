@@ -51,6 +51,7 @@ CREATE TABLE tenure_runs_rebuilt (
     unserved           INTEGER NOT NULL DEFAULT 0,
     fence_call         TEXT,
     fence_probe        INTEGER NOT NULL DEFAULT 0,
+    step_nonce         INTEGER,
     -- A finished row says why it finished, and only a finished row does.
     CHECK ((status IN ('completed', 'failed', 'cancelled')) = (termination_reason <> '')),
     CHECK ((status IN ('completed', 'failed', 'cancelled')) = (finished_at IS NOT NULL)),
