@@ -15,20 +15,21 @@ from tenure.store._records import NewRun
 from tenure.store.sqlite import SQLiteStore, _statements
 
 REBUILT = 11
-# One run in each kind of state the old schema could hold, two with keys and two without.
+# One run in each kind of state the old schema could hold, two with keys and two without
+# (the running one with 0010's step nonce).
 ROWS = [
     "('q1', 'default', 'queued', '', '{}', 'key-1', '', NULL, 0, 0, 5.0, '', 0, '', '', NULL,"
-    " 0, 0, 0, 0, 1.0, NULL, NULL, 1.0, NULL, NULL, NULL, 0, NULL, 0)",
+    " 0, 0, 0, 0, 1.0, NULL, NULL, 1.0, NULL, NULL, NULL, 0, NULL, 0, NULL)",
     "('q2', 'other', 'queued', '', '{}', NULL, '', NULL, 0, 2, 6.0, '', 1, 'timeout', 'slow',"
-    " NULL, 0, 0, 0, 3, 2.0, 2.0, NULL, 2.0, NULL, NULL, NULL, 1, NULL, 0)",
+    " NULL, 0, 0, 0, 3, 2.0, 2.0, NULL, 2.0, NULL, NULL, NULL, 1, NULL, 0, NULL)",
     "('r1', 'default', 'running', '', '{}', NULL, 'worker:h:1:0', 99.0, 3, 0, 1.0,"
     " 'non_idempotent_write', 1, '', '', NULL, 10, 20, 0.5, 7, 3.0, 3.0, NULL, 3.0, NULL,"
-    ' NULL, NULL, 0, \'{"tool": "pay"}\', 1)',
+    ' NULL, NULL, 0, \'{"tool": "pay"}\', 1, 42)',
     "('c1', 'default', 'completed', 'completed', NULL, 'key-2', '', NULL, 1, 0, 1.0, '', 0,"
-    " '', '', 'done', 1, 2, 0.25, 4, 4.0, 4.0, 5.0, 5.0, NULL, NULL, NULL, 0, NULL, 0)",
+    " '', '', 'done', 1, 2, 0.25, 4, 4.0, 4.0, 5.0, 5.0, NULL, NULL, NULL, 0, NULL, 0, NULL)",
     "('w1', 'default', 'waiting_for_approval', '', '{}', NULL, '', NULL, 1, 0, 1.0, '', 0,"
     " '', '', NULL, 0, 0, 0, 2, 6.0, 6.0, NULL, 6.0, '{\"kind\": \"approval\"}', NULL, 9.0,"
-    " 0, NULL, 0)",
+    " 0, NULL, 0, NULL)",
 ]
 
 
