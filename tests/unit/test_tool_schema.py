@@ -523,3 +523,17 @@ def test_a_second_registration_under_a_name_is_refused(tmp_path: Path) -> None:
         rt.tool(effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE, timeout=5, name="charge")(other)
     assert rt.tool_names == ["charge"]
     assert rt.engine.tools.effect_of("charge") is tenure.ToolEffect.NON_IDEMPOTENT_WRITE
+
+
+def test_a_tools_schema_is_built_once_not_at_every_model_turn() -> None:
+    def lookup(order_id: str, limit: int = 3) -> str:
+        """Look an order up.
+
+        order_id: the order's number
+        """
+        return order_id
+
+    tool = make_tool(lookup)
+    first = tool.spec
+    assert tool.spec is first
+    assert first.parameters["properties"]["order_id"]["description"] == "the order's number"

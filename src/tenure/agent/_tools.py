@@ -13,6 +13,7 @@ and the step's result is an error, as if the tool had raised.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import typing
@@ -88,8 +89,11 @@ class Tool:
     parameters: dict[str, Any] | None = None
     asynchronous: bool = False  # `fn` is a coroutine function: it runs on the loop thread
 
-    @property
+    @functools.cached_property
     def spec(self) -> ToolSpec:
+        """Built once: every model turn of every run sends it, and pydantic's schema
+        generation was a fifth of an agent step's own time. Shared: read it, never change
+        its `parameters`."""
         if self.parameters is not None:
             return ToolSpec(self.name, self.description, self.parameters)
         assert self.arguments is not None
