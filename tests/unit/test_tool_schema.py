@@ -529,7 +529,8 @@ def test_a_tools_schema_is_built_once_not_at_every_model_turn() -> None:
     def lookup(order_id: str, limit: int = 3) -> str:
         """Look an order up.
 
-        order_id: the order's number
+        Args:
+            order_id: the order's number
         """
         return order_id
 
