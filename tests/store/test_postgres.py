@@ -188,7 +188,8 @@ def test_heartbeats_are_hot_updates(pg: PostgresStore, pg_url: str) -> None:
     hot = 0
     beats = 50
     with psycopg.connect(pg_url) as conn:
-        for _ in range(beats):
+        for beat in range(beats):
+            params["nonce"] = beat  # a new step each time
             assert conn.execute(Q["record_step"], params).fetchone() is not None
             hot += conn.execute(  # type: ignore[index]
                 "SELECT pg_stat_get_xact_tuples_hot_updated('tenure_runs'::regclass)"

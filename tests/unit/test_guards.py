@@ -37,6 +37,9 @@ _LITERAL = re.compile(r"'([a-z_]+)'")
 _WORD = re.compile(r"\b([a-z_]+)\b")
 # Names that are parameters on one dialect and columns of the batch record on the other.
 _BATCH_FIELDS = {"owner", "token", "fence"}
+# Parameters one dialect's statement has on purpose: PostgreSQL's step commits on its own,
+# and its nonce tells a retry of a step that committed unseen (the lease guard is the same).
+_ONE_DIALECT = {"record_step": {"nonce"}}
 
 
 def _guard(sql: str) -> tuple[set[str], set[str], set[str]]:
@@ -71,7 +74,10 @@ def test_a_transitions_guard_is_the_same_on_both_dialects(name: str) -> None:
     pg = _guard(_sql.queries("postgres")[name])
     assert lite[0] == pg[0], f"{name}: guard columns differ"
     assert lite[1] == pg[1], f"{name}: compared values differ"
-    assert lite[2] - _BATCH_FIELDS == pg[2] - _BATCH_FIELDS, f"{name}: guard parameters differ"
+    extra = _ONE_DIALECT.get(name, set())
+    assert lite[2] - _BATCH_FIELDS == pg[2] - _BATCH_FIELDS - extra, (
+        f"{name}: guard parameters differ"
+    )
 
 
 def test_the_comparison_sees_a_missing_guard() -> None:

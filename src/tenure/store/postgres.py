@@ -289,7 +289,7 @@ class PostgresStore(SQLStore):
                 ]
             ),
         }
-        rows = self._statement(Q["record_step_once"], {**params, "nonce": step_nonce()})
+        rows = self._statement(Q["record_step"], {**params, "nonce": step_nonce()})
         return list(range(rows[0][0] - n + 1, rows[0][0] + 1)) if rows else None
 
     def _read(self, sql: str, params: dict[str, Any]) -> list[Any]:

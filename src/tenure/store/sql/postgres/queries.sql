@@ -113,17 +113,27 @@ UPDATE tenure_runs r
 -- Heartbeat: renew the lease of the owner, reserve %(n)s event sequences, add usage, and insert
 -- the step's events (%(events)s: a JSON array of {i, kind, payload}, i counting from 0, the
 -- payload as JSON text), in one statement. The events carry the owner's lease (%(attempt)s,
--- %(token)s); none is inserted when the guard fails. The store runs `record_step_once`
--- (below), this statement made safe to retry on its own.
+-- %(token)s); none is inserted when the guard fails.
+--
+-- It runs as a transaction of its own (autocommit: one round trip), which a retry cannot
+-- apply twice. %(nonce)s is drawn by the client for this one step and stored on the run with
+-- it. A try that finds its nonce already there, under the same lease, learns that an earlier
+-- try of this step committed and answers with that try's last sequence instead of appending
+-- its events again; under another lease or status it matches nothing: lost, as any step.
+-- The replay's read locks the row under the lease guard alone and compares the nonce only
+-- after: a retry that arrives while the first try is still committing waits for it and then
+-- reads the row as that try left it, where a plain read (or a lock taken only on rows that
+-- already carry the nonce) would see the row as it was before and report a lease it holds
+-- as lost.
 WITH moved AS (
     UPDATE tenure_runs
        SET lease_expires = {now} + make_interval(secs => %(lease)s),
            last_sequence = last_sequence + %(n)s,
            input_tokens = input_tokens + %(input_tokens)s,
            output_tokens = output_tokens + %(output_tokens)s,
-           cost = cost + %(cost)s, updated_at = {now}
+           cost = cost + %(cost)s, step_nonce = %(nonce)s, updated_at = {now}
      WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-       AND lease_token = %(token)s
+       AND lease_token = %(token)s AND step_nonce IS DISTINCT FROM %(nonce)s
     RETURNING last_sequence
 ), added AS (
     INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload,
@@ -132,8 +142,15 @@ WITH moved AS (
            e.payload::json, {now}
       FROM moved, json_to_recordset(%(events)s::json) AS e(i integer, kind text,
                                                            payload text)
+), held AS (
+    SELECT last_sequence, step_nonce FROM tenure_runs
+     WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+       AND lease_token = %(token)s AND NOT EXISTS (SELECT FROM moved)
+       FOR NO KEY UPDATE
 )
-SELECT last_sequence FROM moved;
+SELECT last_sequence FROM moved
+UNION ALL
+SELECT last_sequence FROM held WHERE step_nonce = %(nonce)s;
 
 -- name: renew_leases
 -- The lease keeper's round: every lease of %(batch)s (a JSON array of {id, owner, token,
@@ -730,41 +747,3 @@ UPDATE tenure_runs
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s AND pending_effect <> 'non_idempotent_write'
 RETURNING last_sequence, attempt, lease_token;
-
--- name: record_step_once
--- `record_step` as a transaction of its own (autocommit: one round trip), which a retry
--- cannot apply twice. %(nonce)s is drawn by the client for this one step and stored on the
--- run with it. A try that finds its nonce already there, under the same lease, learns that
--- an earlier try of this step committed and answers with that try's last sequence instead of
--- appending its events again; under another lease or status it matches nothing: lost, as
--- any step. The replay's read locks the row under the lease guard alone and compares the
--- nonce only after: a retry that arrives while the first try is still committing waits for
--- it and then reads the row as that try left it, where a plain read (or a lock taken only
--- on rows that already carry the nonce) would see the row as it was before and report a
--- lease it holds as lost.
-WITH moved AS (
-    UPDATE tenure_runs
-       SET lease_expires = {now} + make_interval(secs => %(lease)s),
-           last_sequence = last_sequence + %(n)s,
-           input_tokens = input_tokens + %(input_tokens)s,
-           output_tokens = output_tokens + %(output_tokens)s,
-           cost = cost + %(cost)s, step_nonce = %(nonce)s, updated_at = {now}
-     WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-       AND lease_token = %(token)s AND step_nonce IS DISTINCT FROM %(nonce)s
-    RETURNING last_sequence
-), added AS (
-    INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload,
-                               created_at)
-    SELECT %(id)s, moved.last_sequence - %(n)s + 1 + e.i, %(attempt)s, %(token)s, e.kind,
-           e.payload::json, {now}
-      FROM moved, json_to_recordset(%(events)s::json) AS e(i integer, kind text,
-                                                           payload text)
-), held AS (
-    SELECT last_sequence, step_nonce FROM tenure_runs
-     WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-       AND lease_token = %(token)s AND NOT EXISTS (SELECT FROM moved)
-       FOR NO KEY UPDATE
-)
-SELECT last_sequence FROM moved
-UNION ALL
-SELECT last_sequence FROM held WHERE step_nonce = %(nonce)s;
