@@ -3,9 +3,9 @@ headless Chromium, on each store."""
 
 from __future__ import annotations
 
+import itertools
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -48,6 +48,10 @@ def streaming_page(browser: Any, streaming_rt: tenure.Runtime) -> Iterator[Any]:
 def test_the_run_page_shows_the_answer_growing(
     streaming_page: Any, streaming_rt: tenure.Runtime
 ) -> None:
+    """One view that only grows while the run goes on: the run's events (its `claimed`
+    event comes while the answer streams) refresh the page's regions, never the whole page,
+    which would start the answer over (on PostgreSQL from the words after the reload: the
+    text before it cannot be read again, SPEC §18)."""
     from playwright.sync_api import expect
 
     page, rt = streaming_page, streaming_rt
@@ -60,48 +64,26 @@ def test_the_run_page_shows_the_answer_growing(
     try:
         box = page.locator("#answer-text")
         expect(box).to_be_visible(timeout=10_000)
-        seen = _growing(box)
         status = rt.status(run_id)
         assert status is not None and status.status is RunStatus.RUNNING  # while in flight
+        views = _views(box, until=lambda: not worker.is_alive())
     finally:
         worker.join()
-    # The picture once the page has settled: taken while the answer streams and the page
-    # reloads itself, a screenshot can wait past its timeout for a frame.
-    page.wait_for_timeout(1_000)
-    shot(page, f"run_streamed_{rt.database_url.split(':')[0]}")
     result = results[0]
     assert result is not None and result.outcome is Outcome.COMPLETED and result.output
-    # Each view of the growing answer is a piece of the final one (a reload on the run's
-    # `claimed` event may have started the view after its first words).
-    assert all(text and text in result.output for text in seen)
-    assert len(seen[1]) > len(seen[0]) and seen[1].startswith(seen[0])
+    assert len(views) >= 3, f"the answer did not grow: {views}"
+    assert all(later.startswith(earlier) for earlier, later in itertools.pairwise(views)), views
+    assert views[-1] in result.output
+    page.wait_for_timeout(1_000)  # the page settles (it reloads once the run has ended)
+    shot(page, f"run_streamed_{rt.database_url.split(':')[0]}")
 
 
-def _growing(box: Any, seconds: float = 5.0) -> list[str]:
-    """Two reads of one view of the answer, the second longer and starting with the first.
-
-    The page reloads itself on each of the run's events (its `claimed` event may come while
-    the answer streams), and a reload starts a new view: on PostgreSQL from the words sent
-    after it joined (SPEC §18), so it can be shorter than the view before. Such a view is
-    taken as the new start."""
-    first = _shown(box)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        box.page.wait_for_timeout(50)
-        now = _shown(box)
-        if now != first and now.startswith(first):
-            return [first, now]
-        if not now.startswith(first):
-            first = now
-    raise AssertionError(f"the answer did not grow within {seconds:g} s: {first!r}")
-
-
-def _shown(box: Any) -> str:
-    """The answer as the page shows it now. The page reloads itself on each of the run's
-    events (400 ms later), and a view read during a reload is empty: read again."""
-    for _ in range(50):
+def _views(box: Any, until: Callable[[], bool]) -> list[str]:
+    """Each different non-empty text of the answer box, read every 50 ms until `until()`."""
+    views: list[str] = []
+    while not until():
         text = str(box.inner_text())
-        if text:
-            return text
-        box.page.wait_for_timeout(100)
-    return ""
+        if text and (not views or text != views[-1]):
+            views.append(text)
+        box.page.wait_for_timeout(50)
+    return views

@@ -1,7 +1,9 @@
 // Live updates for the dashboard: counts refresh on a timer; the regions of a list page
 // (runs, queues, charts, leases, dead letters) are re-read from the page's own address and
 // swapped in place; a run's page follows its event stream, shows the answer of a streaming
-// model call as it grows, and reloads when something happens. No framework, nothing from
+// model call as it grows, and re-reads its regions when something happens (never the whole
+// page while the run goes on: a reload would drop the answer so far, which on PostgreSQL
+// cannot be read again) and reloads once the run has ended. No framework, nothing from
 // elsewhere.
 "use strict";
 
@@ -25,13 +27,13 @@ function refreshCounts(url) {
 
 // Re-read this page and replace each live region by its new version. A region holding the
 // focus (a person typing or choosing in it) is left alone until they are done.
-function refreshRegions() {
+function refreshRegions(selector) {
   fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
     .then(function (r) { return r.ok ? r.text() : null; })
     .then(function (html) {
       if (!html) return;
       var fresh = new DOMParser().parseFromString(html, "text/html");
-      document.querySelectorAll("[data-live-region]").forEach(function (el) {
+      document.querySelectorAll(selector || "[data-live-region]").forEach(function (el) {
         if (!el.id || el.contains(document.activeElement)) return;
         var next = fresh.getElementById(el.id);
         if (next && next.innerHTML !== el.innerHTML) el.innerHTML = next.innerHTML;
@@ -63,13 +65,20 @@ function followRun(url) {
   if (!window.EventSource) return;
   var source = new EventSource(url);
   var timer = null;
-  function reloadSoon() {
+  function soon(then) {
     if (timer) return;
-    timer = setTimeout(function () { window.location.reload(); }, 400);
+    timer = setTimeout(function () { timer = null; then(); }, 400);
   }
-  source.addEventListener("event", reloadSoon);
+  source.addEventListener("event", function () {
+    soon(function () { refreshRegions("[data-run-region]"); });
+  });
   source.addEventListener("delta", function (e) { showDelta(JSON.parse(e.data)); });
-  source.addEventListener("end", function () { source.close(); reloadSoon(); });
+  source.addEventListener("end", function () {
+    source.close();
+    if (timer) clearTimeout(timer);
+    timer = null;
+    soon(function () { window.location.reload(); });
+  });
 }
 
 document.addEventListener("DOMContentLoaded", function () {
