@@ -66,6 +66,18 @@ def test_enqueue_with_a_taken_idempotency_key_returns_the_existing_run(store: St
     assert len(store.runs()) == 1
 
 
+def test_a_batch_enqueue_tells_each_taken_key_by_what_it_inserted(store: Store) -> None:
+    """Several runs in one transaction (not the one-run path): a key taken before the batch,
+    or earlier in it, inserts nothing and answers with the run that holds it."""
+    ((held, _),) = store.enqueue_many([new_run(key="order-1")])
+    out = store.enqueue_many(
+        [new_run(key="order-1"), new_run(key="order-2"), new_run(key="order-2"), new_run()]
+    )
+    assert [created for _, created in out] == [False, True, False, True]
+    assert out[0][0] == held and out[2][0] == out[1][0]
+    assert len(store.runs()) == 3
+
+
 def test_enqueue_with_delay_is_not_claimable_before_its_time(store: Store) -> None:
     run_id = enqueue(store, delay=SHORT_LEASE)
     assert store.claim("worker:a", None, 30, 10) == []
