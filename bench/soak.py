@@ -325,14 +325,9 @@ def fence_standing(runs: list[tenure.Run]) -> dict[str, int]:
     how they ended (`not_retryable`: the probe could not answer; `retries_exhausted`: the
     run's requeue budget ran out, the fence kept as evidence)."""
     standing = [r for r in runs if r.is_dead_letter and r.pending_effect]
-    counts = {"no probe": sum(not r.fence_probe for r in standing), "probe": 0}
-    for run in standing:
-        if run.fence_probe:
-            counts["probe"] += 1
-            counts[f"probe, {run.termination_reason}"] = (
-                counts.get(f"probe, {run.termination_reason}", 0) + 1
-            )
-    return counts
+    probed = Counter(f"probe, {r.termination_reason}" for r in standing if r.fence_probe)
+    no_probe = sum(not r.fence_probe for r in standing)
+    return {"no probe": no_probe, "probe": probed.total(), **dict(sorted(probed.items()))}
 
 
 def in_doubt(rt: tenure.Runtime, runs: list[tenure.Run]) -> dict[str, int]:
