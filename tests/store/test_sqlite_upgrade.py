@@ -1,7 +1,8 @@
-"""Migration 0011 rebuilds SQLite's run table (a column's UNIQUE cannot be dropped in place):
-a database written by the schema before it keeps every row and every value, its keys still
-deduplicate, and its trigger still clears a run's deltas. (SQLite only: PostgreSQL's 0011
-changes nothing.)"""
+"""Migrations 0011 and 0012 rebuild SQLite's run table (a column's UNIQUE, or a check, cannot
+be changed in place), and 0012 its workers table: a database written by the schema before
+them keeps every row and every value, its keys still deduplicate, its trigger still clears
+a run's deltas, and its workers are still there. (SQLite only: PostgreSQL's 0011 and 0012
+change nothing.)"""
 
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ ROWS = [
 ]
 
 
+WORKERS = [
+    "('worker:h:1:0', 'h', 1, NULL, 4, 2, 10.0, 'running', 1.0, 2.0, NULL)",
+    "('worker:h:2:0', 'h', 2, '[\"mail\"]', 1, 0, 10.0, 'stopped', 1.0, 3.0, 3.0)",
+]
+
+
 def _old_database(path: Path) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute(
@@ -49,12 +56,14 @@ def _old_database(path: Path) -> None:
     conn.execute(
         "INSERT INTO tenure_deltas (run_id, sequence, chunk, text) VALUES ('r1', 8, 0, 'x')"
     )
+    for row in WORKERS:
+        conn.execute(f"INSERT INTO tenure_workers VALUES {row}")
     conn.close()
 
 
-def _all_rows(path: Path) -> list[tuple[object, ...]]:
+def _all_rows(path: Path, table: str = "tenure_runs") -> list[tuple[object, ...]]:
     with sqlite3.connect(path) as conn:
-        rows = conn.execute("SELECT * FROM tenure_runs ORDER BY id").fetchall()
+        rows = conn.execute(f"SELECT * FROM {table} ORDER BY id").fetchall()
     conn.close()
     return rows
 
@@ -77,6 +86,10 @@ def test_every_row_and_value_survives_the_rebuild(
         assert store.schema_version() >= REBUILT
         assert len(before) == len(ROWS)
         assert _all_rows(path) == before
+        assert _all_rows(path, "tenure_workers") == [
+            ("worker:h:1:0", "h", 1, None, 4, 2, 10.0, "running", 1.0, 2.0, None),
+            ("worker:h:2:0", "h", 2, '["mail"]', 1, 0, 10.0, "stopped", 1.0, 3.0, 3.0),
+        ]
         with sqlite3.connect(path) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         conn.close()
@@ -110,3 +123,23 @@ def test_a_run_leaving_running_still_clears_its_deltas(
         conn.close()
     finally:
         store.close()
+
+
+def test_the_rebuilt_tables_still_refuse_what_their_checks_refuse(
+    upgraded: tuple[Path, list[tuple[object, ...]], SQLiteStore],
+) -> None:
+    path, before, store = upgraded
+    store.close()
+    refused = [
+        "UPDATE tenure_runs SET status = 'unknown' WHERE id = 'q1'",
+        "UPDATE tenure_runs SET termination_reason = 'unknown' WHERE id = 'c1'",
+        "UPDATE tenure_runs SET pending_effect = 'unknown' WHERE id = 'r1'",
+        "UPDATE tenure_runs SET lease_expires = NULL WHERE id = 'r1'",
+        "UPDATE tenure_workers SET state = 'unknown' WHERE id = 'worker:h:1:0'",
+    ]
+    with sqlite3.connect(path) as conn:
+        for sql in refused:
+            with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+                conn.execute(sql)
+    conn.close()
+    assert _all_rows(path) == before
