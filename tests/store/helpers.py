@@ -31,6 +31,14 @@ def new_run(
     )
 
 
+def as_enqueued(request: dict[str, object], key: str | None = None) -> NewRun:
+    """A run shaped as `Runtime.enqueue` makes it: one `request` event whose payload is the
+    stored request's own text (PostgreSQL then sends that text once)."""
+    text = json.dumps(request, separators=(",", ":"))
+    event = NewEvent(EventKind.REQUEST, request, text)
+    return NewRun(str(uuid.uuid4()), "default", text, key, events=(event,))
+
+
 def enqueue(store: Store, **kwargs: object) -> str:
     run_id, created = store.enqueue(new_run(**kwargs))  # type: ignore[arg-type]
     assert created

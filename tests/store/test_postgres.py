@@ -22,7 +22,17 @@ from tenure.store._pg_conn import Q, conninfo_from_url
 from tenure.store.postgres import PostgresStore
 
 from .._postgres import Cluster
-from .helpers import SHORT_LEASE, claim_one, completed, enqueue, expire, stale_for, step
+from .helpers import (
+    SHORT_LEASE,
+    as_enqueued,
+    claim_one,
+    completed,
+    enqueue,
+    expire,
+    new_run,
+    stale_for,
+    step,
+)
 
 LATEST = _sql.migrations("postgres")[-1][0]
 
@@ -429,6 +439,28 @@ def test_a_step_whose_committed_reply_was_lost_is_applied_once_and_keeps_its_lea
         assert store.settle(lease, completed())
         run = pg.get_run(run_id)
         assert run is not None and run.status is RunStatus.COMPLETED
+
+
+@pytest.mark.parametrize("shape", ["request only", "with its own events"])
+def test_an_enqueue_whose_committed_reply_was_lost_creates_its_run_once(
+    pg: PostgresStore,
+    pg_url: str,
+    committed_proxy: LoseCommittedReply,
+    pg_cluster: Cluster,
+    shape: str,
+) -> None:
+    """Both one-statement enqueues (the request's text sent once, or the events as given)
+    are retried whole when the reply of their commit is lost: the retry inserts nothing and
+    finds the run the first try made."""
+    with store_via(committed_proxy, pg_url, pg_cluster) as store:
+        enqueue(store)  # the pooled connection is open before the proxy is armed
+        run = as_enqueued({"prompt": "once"}, key="k") if shape == "request only" else new_run()
+        committed_proxy.armed.set()
+        assert store.enqueue(run) == (run.run_id, True)
+        assert committed_proxy.dropped.is_set()
+        rows = sql(pg_url, "SELECT count(*) FROM tenure_runs WHERE id = %(id)s", {"id": run.run_id})
+        assert rows == [(1,)]
+        assert [e.payload for e in pg.events(run.run_id)] == [dict(e.payload) for e in run.events]
 
 
 def test_a_step_whose_committed_reply_was_lost_reports_a_lease_taken_meanwhile_as_lost(

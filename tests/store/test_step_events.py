@@ -5,11 +5,12 @@ another; SQLite in two). Runs against every backend in BACKENDS."""
 from __future__ import annotations
 
 import math
+import uuid
 
 from tenure._types import EventKind
-from tenure.store import Store
+from tenure.store import NewEvent, NewRun, Store
 
-from .helpers import claim_one, enqueue, new_run, step
+from .helpers import as_enqueued, claim_one, enqueue, new_run, step
 
 
 def test_step_events_carry_the_lease_and_consecutive_sequences(store: Store) -> None:
@@ -73,3 +74,36 @@ def test_an_enqueue_writes_its_run_and_events_once(store: Store) -> None:
         (i, str(ev.kind), 0, 0) for i, ev in enumerate(run.events)
     ]
     assert [e.payload for e in events] == [dict(ev.payload) for ev in run.events]
+
+
+def test_the_request_event_of_an_enqueue_holds_the_request_verbatim(store: Store) -> None:
+    request = {"prompt": 'ünïcode "quoted"\nline', "nested": {"b": 1, "a": [None, 2.5]}}
+    run = as_enqueued(request, key="verbatim")
+    assert store.enqueue(run) == (run.run_id, True)
+    assert store.enqueue(as_enqueued(request, key="verbatim")) == (run.run_id, False)
+    (event,) = store.events(run.run_id)
+    assert (event.sequence, event.kind, event.payload) == (0, EventKind.REQUEST, request)
+    stored = store.get_run(run.run_id, with_request=True)
+    assert stored is not None and stored.request == request
+
+
+def test_an_enqueue_whose_events_are_not_just_its_request_stores_each_as_given(
+    store: Store,
+) -> None:
+    run = new_run()  # its request event's payload differs from the stored request
+    other = NewRun(
+        str(uuid.uuid4()),
+        "default",
+        run.request,
+        None,
+        events=(
+            NewEvent(EventKind.REQUEST, {"prompt": "own"}, '{"prompt": "own"}'),
+            NewEvent(EventKind.REDRIVEN, {"why": "test"}),
+        ),
+    )
+    for made in (run, other):
+        assert store.enqueue(made) == (made.run_id, True)
+        events = store.events(made.run_id)
+        assert [(e.sequence, e.payload) for e in events] == [
+            (i, dict(ev.payload)) for i, ev in enumerate(made.events)
+        ]

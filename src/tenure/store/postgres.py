@@ -43,7 +43,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from tenure._errors import DatabaseUnavailable, StoreError
 from tenure._json import dumps
-from tenure._types import Usage
+from tenure._types import EventKind, Usage
 from tenure.store import _sql
 from tenure.store._base import NO_USAGE, Lease, NewEvent, NewRun
 from tenure.store._common import Cursor, SQLStore
@@ -249,8 +249,6 @@ class PostgresStore(SQLStore):
         if len(runs) != 1:
             return super().enqueue_many(runs)
         run = runs[0]
-        rows: list[dict[str, Any]] = []
-        _event_rows(rows, run.run_id, len(run.events) - 1, 0, 0, run.events)
         params = {
             "id": run.run_id,
             "queue": run.queue,
@@ -258,9 +256,14 @@ class PostgresStore(SQLStore):
             "idempotency_key": run.idempotency_key,
             "delay": run.delay,
             "last_sequence": len(run.events) - 1,
-            "events": dumps(rows),
         }
-        if self._statement(Q["enqueue_with_events"], params):
+        if _request_only(run):
+            sql = Q["enqueue_with_request"]
+        else:
+            rows: list[dict[str, Any]] = []
+            _event_rows(rows, run.run_id, len(run.events) - 1, 0, 0, run.events)
+            sql, params["events"] = Q["enqueue_with_events"], dumps(rows)
+        if self._statement(sql, params):
             return [(run.run_id, True)]
         # Nothing inserted: our own earlier try had committed, or the key is taken.
         found = self._read(Q["enqueued_as"], params)[0][0]
@@ -363,3 +366,11 @@ class PostgresStore(SQLStore):
 
     def follow_deltas(self, run_id: str) -> DeltaFeed:
         return NotifyFeed(self.conninfo, run_id)
+
+
+def _request_only(run: NewRun) -> bool:
+    """The run's one event is its `request`, whose payload is the stored request's text."""
+    if len(run.events) != 1 or run.request is None:
+        return False
+    event = run.events[0]
+    return event.kind is EventKind.REQUEST and event.text == run.request
