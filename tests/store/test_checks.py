@@ -48,7 +48,7 @@ def _set_status(db_url: str, run_id: str, status: str, reason: str) -> int:
     )
 
 
-def _row(db_url: str, store: Store, run_id: str) -> tuple[str, str]:
+def _row(store: Store, run_id: str) -> tuple[str, str]:
     run = store.get_run(run_id)
     assert run is not None
     return str(run.status), str(run.termination_reason or "")
@@ -59,7 +59,7 @@ def test_every_status_is_accepted(store: Store, db_url: str, status: RunStatus) 
     run_id = enqueue(store)
     reason = TerminationReason.COMPLETED if status in FINISHED else ""
     assert _set_status(db_url, run_id, status, reason) == 1
-    assert _row(db_url, store, run_id)[0] == status
+    assert _row(store, run_id)[0] == status
 
 
 @pytest.mark.parametrize("reason", list(TerminationReason))
@@ -68,7 +68,7 @@ def test_every_termination_reason_is_accepted(
 ) -> None:
     run_id = enqueue(store)
     assert _set_status(db_url, run_id, RunStatus.FAILED, reason) == 1
-    assert _row(db_url, store, run_id) == ("failed", reason)
+    assert _row(store, run_id) == ("failed", reason)
 
 
 @pytest.mark.parametrize("effect", ["", *ToolEffect])
@@ -98,7 +98,7 @@ def test_a_row_outside_the_checks_is_refused_and_nothing_changes(
     sql = f"UPDATE tenure_runs SET status = ?, termination_reason = ?, finished_at = {finish} "
     with pytest.raises(_refused()):
         raw_execute(db_url, sql + "WHERE id = ?", status, reason, run_id)
-    assert _row(db_url, store, run_id) == ("queued", "")
+    assert _row(store, run_id) == ("queued", "")
 
 
 @pytest.mark.parametrize(
@@ -117,7 +117,7 @@ def test_a_fence_or_lease_outside_the_checks_is_refused(
     sql = f"UPDATE tenure_runs SET {assignment.format(now=_now(db_url))} WHERE id = ?"
     with pytest.raises(_refused()):
         raw_execute(db_url, sql, run_id)
-    assert _row(db_url, store, run_id) == ("queued", "")
+    assert _row(store, run_id) == ("queued", "")
 
 
 def test_a_worker_state_outside_the_checks_is_refused(store: Store, db_url: str) -> None:

@@ -109,12 +109,8 @@ def test_the_counts_and_the_reaper_read_the_listing_index_without_queued_runs(
 def test_no_query_builds_a_table_to_test_a_check(
     migrated: sqlite3.Connection, unchecked: sqlite3.Connection
 ) -> None:
-    assert (
-        "CHECK"
-        in migrated.execute("SELECT sql FROM sqlite_master WHERE name = 'tenure_runs'").fetchone()[
-            0
-        ]
-    )
+    runs = "SELECT sql FROM sqlite_master WHERE name = 'tenure_runs'"
+    assert "CHECK" in migrated.execute(runs).fetchone()[0]
     extra = {
         name: _temporary_tables(migrated, sql) - _temporary_tables(unchecked, sql)
         for name, sql in Q.items()

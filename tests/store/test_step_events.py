@@ -76,7 +76,7 @@ def test_an_enqueue_writes_its_run_and_events_once(store: Store) -> None:
     assert [e.payload for e in events] == [dict(ev.payload) for ev in run.events]
 
 
-def test_the_request_event_of_an_enqueue_holds_the_request_verbatim(store: Store) -> None:
+def test_the_request_event_of_an_enqueue_holds_the_stored_request(store: Store) -> None:
     request = {"prompt": 'ünïcode "quoted"\nline', "nested": {"b": 1, "a": [None, 2.5]}}
     run = as_enqueued(request, key="verbatim")
     assert store.enqueue(run) == (run.run_id, True)
