@@ -8,7 +8,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from tenure import _policy
+from tenure import _loop, _policy
 from tenure._classify import describe
 from tenure._errors import Cancelled, ProviderError
 from tenure._types import EventKind, FailureClass, RunRequest, ToolContext, ToolEffect, Usage
@@ -30,6 +30,18 @@ class UnrecordedWrite(ProviderError):
     def __init__(self, tool: str, cause: BaseException) -> None:
         super().__init__(
             FailureClass.UNKNOWN, f"write {tool} ran but its event was not stored: {cause}"
+        )
+
+
+class WriteInDoubt(ProviderError):
+    """A write whose outcome is unknown: it timed out, was cancelled by something other than
+    the segment's abort, or lost its event loop. It may have happened, so it is never an
+    error result (a model told "it failed" calls it again): its fence stays standing and
+    failure recovery takes the in-doubt way (SPEC §16: the probe, else a dead-letter)."""
+
+    def __init__(self, tool: str, cause: BaseException) -> None:
+        super().__init__(
+            FailureClass.TIMEOUT, f"write {tool} did not answer, it may have happened: {cause}"
         )
 
 
@@ -110,8 +122,16 @@ class ToolSteps:
         try:
             with self.step_deadline(tool.timeout):
                 return to_json_value(tool.invoke(context, values)), None
-        except (ProviderError, Cancelled):
+        except ProviderError:
             raise  # a classified failure fails the step: failure recovery decides
+        except (_loop.TimedOut, Cancelled) as exc:
+            if isinstance(exc, Cancelled) and self._abort.is_set():
+                raise  # the run is no longer ours: nothing more is recorded
+            # Cut off before it answered: only a call that returned (a value or its own
+            # exception) has a known outcome.
+            if tool.effect.is_write:
+                raise WriteInDoubt(tool.name, exc) from exc
+            return None, describe(exc)
         except Exception as exc:
             return None, describe(exc)
 
