@@ -53,7 +53,7 @@ def test_the_demo_app_passes_every_crash_point(cli: Cli) -> None:
     assert result.code == 0, result.out + result.err
     cases = result.json()
     kinds = {case["point"].split(" ")[0] for case in cases}
-    assert kinds == {"reference", "step", "write-before", "write-after", "drain"}
+    assert kinds == {"reference", "step", "write-before", "write-after", "write-timeout", "drain"}
     for case in cases:
         assert all(v["ok"] is not False for v in case["properties"].values()), case
         assert case["properties"]["effects"]["ok"] is True  # the demo module's check()

@@ -3,10 +3,11 @@ for tenure's own guarded decision (`rt.approve`)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import tenure
-from tenure import ToolContext, ToolEffect
+from tenure import Probe, ToolContext, ToolEffect
 
 from . import _ledger
 
@@ -24,6 +25,21 @@ def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
 def refund(ctx: ToolContext, amount: int) -> dict[str, Any]:
     """Refund the customer, once a person approved it."""
     return {"refund": _ledger.write("refund", ctx.idempotency_key, amount)}
+
+
+def paid(ctx: ToolContext, amount: int) -> Probe:
+    """Ask the ledger whether the payment under this key went through."""
+    if _ledger.seen("pay", ctx.idempotency_key):
+        return Probe.done({"payment": amount})
+    return Probe.not_done()
+
+
+@rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout=5, probe=paid)
+async def pay(ctx: ToolContext, amount: int) -> dict[str, Any]:
+    """Pay the supplier through an async client (every call is a new payment)."""
+    await asyncio.sleep(0)
+    _ledger.write("pay", ctx.idempotency_key, amount)
+    return {"payment": amount}
 
 
 def check(name: str, idempotency_key: str) -> int:

@@ -323,8 +323,8 @@ def build(handlers: dict[str, Handler]) -> Parser:
     p.add_argument(
         "--points",
         metavar="LIST",
-        help="comma-separated kinds: step, write-before, write-after, waiting, resume, drain "
-        "(default: all)",
+        help="comma-separated kinds: step, write-before, write-after, write-timeout, waiting, "
+        "resume, drain (default: all)",
     )
     p.add_argument(
         "--deciders",

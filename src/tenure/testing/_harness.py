@@ -26,6 +26,7 @@ from tenure.testing._hooks import (
     WAITING,
     WRITE_AFTER,
     WRITE_BEFORE,
+    WRITE_TIMEOUT,
 )
 from tenure.testing._properties import PROPERTIES, Check, Ending, Finished, Verdict, ending, judge
 from tenure.testing._scenarios import Scenario, load_scenarios
@@ -77,6 +78,7 @@ def points_of(trace: Path, kinds: Sequence[str]) -> list[Point]:
         if kind == WRITE_BEFORE:
             found.append(Point(WRITE_BEFORE, target, rest[0]))
             found.append(Point(WRITE_AFTER, target, rest[0]))
+            found.append(Point(WRITE_TIMEOUT, target, rest[0]))
         elif kind in (STEP, WAITING, RESUME):
             found.append(Point(kind, target))
     if first_step is not None:
@@ -195,7 +197,8 @@ def crashtest(
     """Crash-test the agent of `runtime` (SPEC §19) and return the report (`.ok`).
 
     `scenarios`: a JSON file or objects (`name` + a RunRequest's fields). `points`: kinds
-    (`step`, `write-before`, `write-after`, `waiting`, `resume`, `drain`) or exact labels;
+    (`step`, `write-before`, `write-after`, `write-timeout`, `waiting`, `resume`,
+    `drain`) or exact labels;
     default all. `app`: where the workers import the Runtime (default: found by identity
     in its module). `check(tool_name, idempotency_key) -> int`: how often the outside system
     saw that write (default: the module's `check`). `database`: one PostgreSQL database for

@@ -7,15 +7,18 @@ and the process dies by a real SIGKILL (no `finally`, no flush, no goodbye) at t
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
 import signal
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tenure import _loop
 from tenure._types import ToolContext
 from tenure.agent._tools import Tool, Toolbox
 from tenure.store._base import Claimed
@@ -24,12 +27,17 @@ from tenure.store._base import Claimed
 STEP = "step"  # after the commit of the step boundary that recorded event TARGET
 WRITE_BEFORE = "write-before"  # inside the write whose key ends in TARGET, before it runs
 WRITE_AFTER = "write-after"  # that write returned; its event is not recorded yet
+# That write ran, but its answer is held past the tool's timeout: the process dies at its
+# next commit (what it recorded of the unknown outcome), or when the hold ends.
+WRITE_TIMEOUT = "write-timeout"
 WAITING = "waiting"  # the run was handed to a person at model turn TARGET
 RESUME = "resume"  # the decision on turn TARGET was claimed to continue the run
 DRAIN = "drain"  # SIGTERM after the commit of event TARGET; SIGKILL during the grace
-POINT_KINDS = (STEP, WRITE_BEFORE, WRITE_AFTER, WAITING, RESUME, DRAIN)
+POINT_KINDS = (STEP, WRITE_BEFORE, WRITE_AFTER, WRITE_TIMEOUT, WAITING, RESUME, DRAIN)
 # A drain that has not died at the next commit dies this long after its SIGTERM.
 DRAIN_KILL_AFTER = 0.5
+# A held write's answer comes this long after its timeout (never, as far as the step knows).
+HOLD_PAST_TIMEOUT = 1.0
 
 
 def die() -> None:
@@ -42,6 +50,7 @@ class Hooks:
     def __init__(self, kind: str | None, target: str | None, trace: Path | None) -> None:
         self.kind, self.target, self.trace = kind, target, trace
         self._draining = False
+        self._timed_out = False  # a held write timed out: die after the next commit
         self._lock = threading.Lock()
 
     def _note(self, kind: str, target: str, extra: str = "") -> None:
@@ -55,7 +64,7 @@ class Hooks:
     def committed(self, sequences: Sequence[int] | None) -> None:
         if sequences is None:
             return
-        if self._draining:
+        if self._draining or self._timed_out:
             die()
         for sequence in sequences:
             self._note(STEP, str(sequence))
@@ -78,6 +87,19 @@ class Hooks:
         if when == WRITE_BEFORE:
             self._note(WRITE_BEFORE, suffix, f"{tool.name} {tool.effect}")
         if self._at(when, suffix):
+            die()
+
+    def holds(self, ctx: ToolContext) -> bool:
+        """Whether this write's answer is the one to hold past its timeout."""
+        return self._at(WRITE_TIMEOUT, ctx.idempotency_key.removeprefix(f"{ctx.run_id}:"))
+
+    def timed_out(self) -> None:
+        self._timed_out = True
+
+    def ended(self, won: Any) -> None:
+        """A segment ended by a commit other than a step's (a requeue, a settle): after a
+        held write timed out, that is what the process recorded of it."""
+        if self._timed_out and won is not None and won is not False:
             die()
 
     def suspended(self, waiting: dict[str, Any]) -> None:
@@ -115,6 +137,21 @@ class HookedStore:
         self._hooks.committed(None if sequence is None else [sequence])
         return sequence
 
+    def requeue_in_doubt(self, *args: Any, **kwargs: Any) -> Any:
+        won = self._store.requeue_in_doubt(*args, **kwargs)
+        self._hooks.ended(won)
+        return won
+
+    def requeue(self, *args: Any, **kwargs: Any) -> Any:
+        won = self._store.requeue(*args, **kwargs)
+        self._hooks.ended(won)
+        return won
+
+    def settle(self, *args: Any, **kwargs: Any) -> Any:
+        won = self._store.settle(*args, **kwargs)
+        self._hooks.ended(won)
+        return won
+
     def suspend(self, lease: Any, status: Any, waiting: dict[str, Any], *args: Any) -> Any:
         sequences = self._store.suspend(lease, status, waiting, *args)
         if sequences is not None:
@@ -141,6 +178,7 @@ class HookedStore:
 
     def settle_and_claim(self, *args: Any, **kwargs: Any) -> Any:
         settled, claimed = self._store.settle_and_claim(*args, **kwargs)
+        self._hooks.ended(settled or None)
         for item in claimed:
             self._hooks.resumed(item)
         return settled, claimed
@@ -155,9 +193,35 @@ class HookedTool(Tool):
     def invoke(self, context: ToolContext, args: dict[str, Any]) -> Any:
         assert self.hooks is not None
         self.hooks.write(WRITE_BEFORE, context, self)
-        result = super().invoke(context, args)
+        if self.hooks.holds(context):
+            result = self._held(context, args)
+        else:
+            result = super().invoke(context, args)
         self.hooks.write(WRITE_AFTER, context, self)
         return result
+
+    def _held(self, context: ToolContext, args: dict[str, Any]) -> Any:
+        """The write runs; its answer comes only after the tool's timeout. An async tool is
+        cancelled by the engine at the timeout (the write done, its outcome unknown to the
+        step); a sync one cannot be, so the process dies when its hold ends."""
+        assert self.hooks is not None
+        if not self.asynchronous:
+            super().invoke(context, args)
+            time.sleep(self.timeout + HOLD_PAST_TIMEOUT)
+            die()
+        values = self.validate(args)
+        call = self.fn(context, **values) if self.takes_context else self.fn(**values)
+
+        async def answer_late() -> Any:
+            result = await call
+            await asyncio.sleep(self.timeout + HOLD_PAST_TIMEOUT)
+            return result
+
+        try:
+            return _loop.run(answer_late(), timeout=self.timeout, what=f"tool {self.name!r}")
+        except _loop.TimedOut:
+            self.hooks.timed_out()
+            raise
 
 
 def hooked_toolbox(tools: Toolbox, hooks: Hooks, timeout_cap: float) -> Toolbox:
