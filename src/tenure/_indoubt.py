@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 
 # How often a segment waiting for its probe looks whether the run is still its own.
 PROBE_POLL_SECONDS = 0.05
+# The step's deadline lies this far past the probe's timeout: the segment's own verdict
+# (`unknown`, a dead-letter) must come before the worker's hung-slot check gives the slot
+# up, even when the waiting thread wakes late on a loaded machine.
+PROBE_VERDICT_GRACE_SECONDS = 1.0
 
 
 def resolve(
@@ -130,11 +134,12 @@ def _run_probe(segment: Segment, tool: Tool, context: ToolContext, values: dict[
 
     thread = threading.Thread(target=ask, name=f"tenure-probe-{tool.name}", daemon=True)
     deadline = time.monotonic() + tool.timeout
-    with segment.step_deadline(tool.timeout):
+    with segment.step_deadline(tool.timeout + PROBE_VERDICT_GRACE_SECONDS):
         thread.start()
         # Wait for the answer, the timeout, or the run leaving this segment (the keeper's
-        # abort): then nothing more is written, whatever the probe says later.
-        while not answered.wait(PROBE_POLL_SECONDS):
+        # abort): then nothing more is written, whatever the probe says later. The wait
+        # never sleeps past the timeout, so the timeout is noticed when it comes.
+        while not answered.wait(max(0.0, min(PROBE_POLL_SECONDS, deadline - time.monotonic()))):
             if segment.abort_signal.is_set():
                 raise Cancelled("the run left this segment while its probe ran")
             if time.monotonic() >= deadline:

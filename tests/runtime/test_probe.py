@@ -329,3 +329,30 @@ def test_a_drain_sends_a_probeable_write_back_in_doubt_after_its_deadline(
     assert run.available_at.timestamp() >= started + 2.5
     assert rt.run_queued(run_id) is None  # not claimable yet
     assert not ledger.rows
+
+
+def test_a_probe_past_its_timeout_dead_letters_even_when_the_wait_wakes_late(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The segment waiting for its probe wakes up late (a loaded machine): its timeout is
+    still its own verdict, never lost to the worker's hung-slot check (which would leave the
+    run to the reaper, charged, in doubt again)."""
+    from tenure import _indoubt
+
+    monkeypatch.setattr(_indoubt, "PROBE_POLL_SECONDS", 0.9)  # wakes at 0.9, 1.8, 2.7 s
+
+    def hangs(ctx: tenure.ToolContext, amount: int) -> Probe:
+        time.sleep(10)
+        return Probe.done({"paid": amount})
+
+    rt, ledger, run_id = payment_app(make_runtime, fail_after_paying=True, probe=hangs)
+    in_doubt(rt, run_id)
+    worker = rt.worker(concurrency=1, burst=True, poll_interval=0.02)
+    worker.run()
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.FAILED, run
+    assert run.termination_reason is tenure.TerminationReason.NOT_RETRYABLE
+    assert run.requeue_count == 1 and run.pending_effect is WRITE
+    found = probe_event(rt, run_id)
+    assert found["verdict"] == "unknown" and "did not answer within 2s" in found["reason"]
+    assert len(ledger.rows) == 1
