@@ -24,7 +24,7 @@ from tenure import _policy
 from tenure._classify import describe
 from tenure._errors import Cancelled
 from tenure._recovery import dead_letter
-from tenure._toolstep import tool_event
+from tenure._toolstep import to_json_value, tool_event
 from tenure._types import (
     EventKind,
     FailureClass,
@@ -82,7 +82,7 @@ def resolve(
         # The write runs again in the loop, fenced again, with the same idempotency key.
         segment.resolve_fence([NewEvent(EventKind.PROBE, payload)])
         return None
-    result = _json_value(verdict.result)
+    result = to_json_value(verdict.result)
     payload["result"] = result
 
     written = tool_event(pending, tool.effect, key, result, None, started, resolved_by="probe")
@@ -160,7 +160,3 @@ def _dead_letter(segment: Segment, probe_event: NewEvent, reason: str) -> RunRes
     settlement = dead_letter(verdict, FailureClass.UNKNOWN, verdict.why, "probe")
     segment.settle(dataclasses.replace(settlement, events=(probe_event, *settlement.events)))
     return segment.result_of(Outcome.FAILED)
-
-
-def _json_value(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))

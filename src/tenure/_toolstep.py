@@ -8,7 +8,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from tenure import _loop, _policy
+from tenure import _json, _loop, _policy
 from tenure._classify import describe
 from tenure._errors import Cancelled, ProviderError
 from tenure._types import EventKind, FailureClass, RunRequest, ToolContext, ToolEffect, Usage
@@ -94,7 +94,7 @@ class ToolSteps:
             self._clear_fence(call.name, event)
         else:
             self._record([event])
-        journal.add_result(call.id, result, error)
+        journal.add_result(call.id, result, None if error is None else _json.json_safe(error))
 
     def _invoke(
         self, tool: Tool, pending: PendingCall, key: str, values: dict[str, Any]
@@ -193,5 +193,8 @@ def tool_event(
 
 
 def to_json_value(value: Any) -> Any:
-    """The tool's return value as JSON stores it (verbatim where it is JSON already)."""
-    return json.loads(json.dumps(value, default=str))
+    """The tool's return value as the store keeps it, and so as a resumed run reads it back:
+    what JSON cannot hold (NaN, infinities, integers beyond 64 bits, lone surrogates) as the
+    same text the store writes. The live transcript is built from this value, so that the
+    model is shown the same message with or without a crash in between."""
+    return _json.json_safe(json.loads(json.dumps(value, default=str)))

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tenure import _json
 from tenure._types import Event, EventKind, RunRequest, Usage
 from tenure.providers._base import ModelReply, ToolCall
 
@@ -92,7 +93,8 @@ class Journal:
         ]
 
     def add_answer(self, sequence: int, reply: ModelReply) -> None:
-        self._add_turn(sequence, reply.message())
+        # As the `llm` event stores it: a resumed run reads this message back from there.
+        self._add_turn(sequence, _json.json_safe(reply.message()))
         self.usage += reply.usage
 
     def add_result(
