@@ -137,17 +137,25 @@ def tenure_enqueue(url: str, n: int) -> None:
         out(seconds=seconds)
 
 
+def cpu_seconds() -> float:
+    """This process's CPU time so far, user and system, all threads."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
 def tenure_drain(url: str, n: int, concurrency: int) -> None:
     with tenure_runtime(url) as rt:
         rt.store  # noqa: B018
         writes = count_writes(rt)
+        cpu = cpu_seconds()
         started = time.perf_counter()
         rt.work(concurrency=concurrency, burst=True, poll_interval=PEER_POLL_SECONDS)
         seconds = time.perf_counter() - started
+        cpu = cpu_seconds() - cpu
         done = len(rt.runs(status=RunStatus.COMPLETED, limit=n + 1))
         if done != n:
             raise SystemExit(f"tenure completed {done} of {n}")
-        out(seconds=seconds, commits=writes[0])
+        out(seconds=seconds, commits=writes[0], cpu_seconds=cpu)
 
 
 def tenure_drain_some(url: str, n: int, concurrency: int) -> None:
@@ -289,12 +297,14 @@ def huey_consumer(huey: Any, concurrency: int) -> Any:
 def huey_drain(url: str, n: int, concurrency: int) -> None:
     huey = huey_app(url)[0]
     consumer = huey_consumer(huey, concurrency)
+    cpu = cpu_seconds()
     started = time.perf_counter()
     consumer.start()
     DONE.wait(n)
     seconds = time.perf_counter() - started
+    cpu = cpu_seconds() - cpu
     consumer.stop(graceful=True)
-    out(seconds=seconds)
+    out(seconds=seconds, cpu_seconds=cpu)
 
 
 def huey_work(url: str, concurrency: int) -> None:
@@ -339,6 +349,7 @@ def procrastinate_enqueue(url: str, n: int) -> None:
 
 def procrastinate_drain(url: str, n: int, concurrency: int) -> None:
     app, _, _ = procrastinate_app(url)
+    cpu = cpu_seconds()
     started = time.perf_counter()
     app.run_worker(
         concurrency=concurrency,
@@ -347,9 +358,10 @@ def procrastinate_drain(url: str, n: int, concurrency: int) -> None:
         fetch_job_polling_interval=PEER_POLL_SECONDS,
     )
     seconds = time.perf_counter() - started
+    cpu = cpu_seconds() - cpu
     if DONE.n != n:
         raise SystemExit(f"procrastinate did {DONE.n} of {n}")
-    out(seconds=seconds)
+    out(seconds=seconds, cpu_seconds=cpu)
 
 
 def procrastinate_work(url: str, concurrency: int) -> None:

@@ -7,6 +7,9 @@ PostgreSQL against procrastinate and DBOS on PostgreSQL. A tenure run is one ste
 scripted answer, no tools); a peer job is a no-op. Every repetition gets a fresh database.
 Rows: enqueue/s (one call per job) and runs/s of the drain. The ratio is tenure's median
 over the peer's, tenure at the same concurrency; for huey also against its best thread count.
+A third table gives the worker process's CPU time (user + system, every thread) per run
+drained: it depends less on the machine's load than a rate does, so a regression in the
+work done per run shows there first.
 """
 
 from __future__ import annotations
@@ -22,13 +25,19 @@ CONCURRENCY = (1, 8)
 DBOS_MAX_JOBS = 500
 
 
+# The CPU table, filled by `measure` as it goes: (system, concurrency) -> µs per run.
+CPU = c.Table("drain: CPU µs per run, worker process (user + system, every thread)")
+
+
 def measure(
     system: str, url_for: c.Callable[[], str], n: int, concurrency: int, times: int
 ) -> tuple[c.Series, c.Series, c.Series]:
-    """(enqueue/s, runs/s, commits per run) over `times` fresh databases."""
+    """(enqueue/s, runs/s, commits per run) over `times` fresh databases; the CPU per run
+    goes to the CPU table."""
     if system == "dbos":
         n = min(n, DBOS_MAX_JOBS)
-    enq, drain, commits = c.Series(), c.Series(), c.Series()
+    enq, drain, commits, cpu = c.Series(), c.Series(), c.Series(), c.Series()
+    url = ""
     for _ in range(times):
         url = url_for()
         e = c.child("enqueue", system, url, n)
@@ -37,6 +46,11 @@ def measure(
         drain.add(n / d["seconds"])
         if "commits" in d:
             commits.add(d["commits"] / n)
+        if "cpu_seconds" in d:
+            cpu.add(d["cpu_seconds"] / n * 1e6)
+    if cpu.values:
+        store = "PostgreSQL" if url.startswith("postgres") else "SQLite"
+        CPU.add(f"{system}/{store}", f"µs/run c={concurrency}", cpu, fmt=",.0f")
     return enq, drain, commits
 
 
@@ -53,7 +67,7 @@ def main() -> None:
             runs.missing("tenure/PostgreSQL", "runs/s", "PostgreSQL not available")
         else:
             pg_runs(pg, n, times, not args.no_peers, enqueue, runs)
-    c.emit(enqueue, runs, preamble=c.machine())
+    c.emit(enqueue, runs, CPU, preamble=c.machine())
 
 
 def sqlite_runs(
