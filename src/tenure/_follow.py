@@ -98,8 +98,9 @@ class _Reader:
     _texts: dict[int, dict[int, str]] = field(default_factory=dict)
 
     def merge(self, deltas: Iterable[StoredDelta], events: Iterable[Event]) -> Iterator[Any]:
+        # A call's pieces in their numbers' order, before its event.
         items: list[tuple[int, int, int, StoredDelta | Event]] = [
-            (d.sequence, 0, i, d) for i, d in enumerate(deltas)
+            (d.sequence, 0, d.chunk, d) for d in deltas
         ]
         items += [(e.sequence, 1, i, e) for i, e in enumerate(events)]
         for _, _, _, item in sorted(items, key=lambda t: t[:3]):
