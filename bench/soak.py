@@ -11,6 +11,10 @@ PostgreSQL terminates the workers' backends or restarts the server (a private cl
 `tests/_postgres.py`). When the kills are done and every run has ended, the workers drain and
 `tenure.audit` checks the database and the external ledger that the `pay` tool writes.
 
+Meanwhile the soak's own process runs `--interactive` runs (`rt.run`, one after another,
+the same kind of scripts): an interactive run is held under token 1 from its start, with no
+`claimed` event, and the audit covers it as it covers the queued ones.
+
 With `--probed S`, a share S of the payments are made by `pay_probed`: the same write with a
 probe that reads the ledger by idempotency key (SPEC §16), so that a run whose worker died
 inside it goes back in doubt instead of to a person.
@@ -93,10 +97,12 @@ def script(rng: random.Random, probed: float = 0.0) -> list[dict[str, Any]]:
     return [*turns, {"say": "done"}]
 
 
-def requests(n: int, rng: random.Random, probed: float = 0.0) -> list[RunRequest]:
+def requests(
+    n: int, rng: random.Random, probed: float = 0.0, label: str = "soak"
+) -> list[RunRequest]:
     return [
         RunRequest(
-            prompt=f"soak {i}",
+            prompt=f"{label} {i}",
             model="scripted",
             tools=["read", "save", "pay", "pay_probed"],
             script=script(rng, probed),
@@ -348,15 +354,42 @@ def in_doubt(rt: tenure.Runtime, runs: list[tenure.Run]) -> dict[str, int]:
 # -- the soak ------------------------------------------------------------------------------
 
 
+@dataclass
+class Interactive:
+    """Runs executed here with `rt.run`, one after another, on a thread of their own."""
+
+    pending: list[RunRequest]
+    outcomes: Counter[str] = field(default_factory=Counter)
+    thread: threading.Thread | None = None
+
+    def start(self, rt: tenure.Runtime) -> None:
+        self.thread = threading.Thread(target=self._run, args=(rt,), name="soak-interactive")
+        self.thread.start()
+
+    def _run(self, rt: tenure.Runtime) -> None:
+        for request in self.pending:
+            try:
+                self.outcomes[str(rt.run(request).outcome)] += 1
+            except Exception as exc:  # the nemesis reached this process's connections
+                # A run left running is the reaper's (it has no stored request to retry).
+                self.outcomes[f"raised {type(exc).__name__}"] += 1
+
+    @property
+    def done(self) -> bool:
+        return self.thread is None or not self.thread.is_alive()
+
+
 def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
     rt = make_app(args.url, str(args.ledger), args.lease, MAX_REQUEUES)
     rng = random.Random(args.seed)
     started = time.monotonic()
     pending = requests(args.runs, rng, args.probed)
+    here = Interactive(requests(args.interactive, random.Random(args.seed + 1), 0.0, "here"))
     ids: list[str] = []
     nemesis = Nemesis(args, rt, cluster)
     for _ in range(args.workers):
         nemesis.spawn()
+    here.start(rt)
     next_act = time.monotonic() + nemesis.rng.uniform(0.5, 1.5) * args.interval
     deadline = time.monotonic() + FINISH_TIMEOUT_SECONDS + args.runs / (args.rate or 1e9)
     try:
@@ -365,8 +398,10 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
             due = len(pending) if not args.rate else int((time.monotonic() - started) * args.rate)
             if due > len(ids):
                 ids += rt.enqueue_many(pending[len(ids) : due])
-            ended = sum(r.status.is_terminal for r in rt.runs(limit=args.runs + 10))
-            if ended == args.runs and len(nemesis.chaos.kills) >= args.kills:
+            every = rt.runs(limit=args.runs + args.interactive + 10)
+            ended = all(r.status.is_terminal for r in every)
+            all_in = len(ids) == args.runs and here.done
+            if all_in and ended and len(nemesis.chaos.kills) >= args.kills:
                 break
             if len(nemesis.chaos.kills) < args.kills and time.monotonic() >= next_act:
                 nemesis.act()
@@ -375,8 +410,10 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
         nemesis.thaw_all()
     finally:
         nemesis.drain()
+        if here.thread is not None:
+            here.thread.join()
     wall = time.monotonic() - started
-    runs = rt.runs(limit=args.runs + 10)
+    runs = rt.runs(limit=args.runs + args.interactive + 10)
     report = audit(
         rt.store,
         args.ledger,
@@ -389,6 +426,7 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
     result = {
         "store": args.store,
         "runs": len(ids),
+        "interactive": dict(sorted(here.outcomes.items())),
         "arrival_per_s": args.rate or "all at once",
         "workers": args.workers,
         "concurrency": args.concurrency,
@@ -441,6 +479,9 @@ def show(result: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument(
+        "--interactive", type=int, default=5, help="runs executed here with rt.run, audited too"
+    )
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=4, help="per worker")
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")

@@ -1,9 +1,11 @@
 """Following a run live (SPEC §18): its events as they are recorded, and the deltas of its
 model call in flight in between, from any process.
 
-Order: a delta belongs to the call whose `llm` event will take its `sequence`, so it is
-yielded after every event before that sequence and before the event at it. Whatever
-arrives late for a call that already has its event is dropped. A reader that saw the start
+Order: a delta names its call by the sequence the call's `llm` event will take (the
+publisher names it, the store refuses it once that sequence is taken), so it is yielded
+after every event before that sequence and before the event at it. Whatever arrives late
+for a call that already has its event is dropped; a piece is known by its call and its
+number, never by when it arrived. A reader that saw the start
 of a call but missed its last deltas (they are published a few milliseconds before the
 call's `llm` event, and on SQLite deleted with it) is given the rest of the text as one last
 delta just before the event: the deltas of a call it followed from the start always add up
@@ -92,12 +94,13 @@ class Follower:
 @dataclass
 class _Reader:
     after: int  # the last event yielded
-    _texts: dict[int, list[str]] = field(default_factory=dict)  # yielded, by call sequence
-    _chunks: dict[int, int] = field(default_factory=dict)  # last piece yielded, by call
+    # The pieces yielded, by call sequence, then by piece number.
+    _texts: dict[int, dict[int, str]] = field(default_factory=dict)
 
     def merge(self, deltas: Iterable[StoredDelta], events: Iterable[Event]) -> Iterator[Any]:
+        # A call's pieces in their numbers' order, before its event.
         items: list[tuple[int, int, int, StoredDelta | Event]] = [
-            (d.sequence, 0, i, d) for i, d in enumerate(deltas)
+            (d.sequence, 0, d.chunk, d) for d in deltas
         ]
         items += [(e.sequence, 1, i, e) for i, e in enumerate(events)]
         for _, _, _, item in sorted(items, key=lambda t: t[:3]):
@@ -107,21 +110,23 @@ class _Reader:
                 yield delta
 
     def _delta(self, delta: StoredDelta) -> Delta | None:
-        if delta.sequence <= self.after or delta.chunk <= self._chunks.get(delta.sequence, -1):
-            return None  # its call already has its event, or a piece seen already
-        self._chunks[delta.sequence] = delta.chunk
-        self._texts.setdefault(delta.sequence, []).append(delta.text)
+        if delta.sequence <= self.after:
+            return None  # its call already has its event
+        pieces = self._texts.setdefault(delta.sequence, {})
+        if delta.chunk in pieces:
+            return None  # a piece seen already (a reader that joined mid-call reads some twice)
+        pieces[delta.chunk] = delta.text
         return Delta(delta.sequence, delta.text)
 
     def _event(self, event: Event) -> Iterator[Event | Delta]:
-        seen = "".join(self._texts.get(event.sequence, []))
+        pieces = self._texts.get(event.sequence, {})
+        seen = "".join(pieces[n] for n in sorted(pieces))
         if seen and event.kind is EventKind.LLM:
             text = _answer_text(event.payload)
             if text.startswith(seen) and len(text) > len(seen):
                 yield Delta(event.sequence, text[len(seen) :])
         for sequence in [s for s in self._texts if s <= event.sequence]:
             del self._texts[sequence]
-            self._chunks.pop(sequence, None)
         self.after = event.sequence
         yield event
 

@@ -100,6 +100,10 @@ class Segment(ToolSteps, Endings):
     # of its tool's probe before anything else.
     fence_call: str | None = None
     _fence_probe: bool = False
+    # The sequence of the run's last event when this segment began (its claim, or the
+    # start of an interactive run); with the events it writes, the sequence its next
+    # event will take.
+    last_sequence: int = -1
 
     def __post_init__(self) -> None:
         if self.fence_call is not None:  # the fence the run was requeued with still stands
@@ -264,7 +268,7 @@ class Segment(ToolSteps, Endings):
         """The model step. A streaming provider's text is published while it arrives
         (SPEC §18); the call's last deltas are out before its `llm` event is recorded."""
         deltas = self.engine.deltas
-        stream = deltas.open(self.lease) if deltas is not None else None
+        stream = deltas.open(self.lease, self._next_sequence()) if deltas is not None else None
         if stream is not None:
             call = dataclasses.replace(call, on_delta=stream.add)
         try:
@@ -272,6 +276,11 @@ class Segment(ToolSteps, Endings):
         finally:
             if stream is not None:
                 stream.close()
+
+    def _next_sequence(self) -> int:
+        """The sequence the next event of this segment will take: while it holds the run,
+        only it appends events."""
+        return max(self._written, default=self.last_sequence) + 1
 
     def _call_model(self, provider: Provider, call: ModelCall) -> ModelReply:
         capacity = self.engine.capacity

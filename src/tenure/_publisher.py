@@ -33,12 +33,15 @@ def pieces(text: str) -> list[str]:
 
 
 class CallStream:
-    """The deltas of one model call: `add` is the call's `on_delta`; `close` at the call's
-    end returns once they are published (or given up), so that none is published after the
-    call's `llm` event is recorded and taken for the next call's."""
+    """The deltas of one model call, named by `sequence`, the one its `llm` event will take:
+    `add` is the call's `on_delta`; `close` at the call's end returns once they are published
+    (or given up after FLUSH_SECONDS), so that a reader has the call's text before its event.
+    A piece still published after that is refused by the store (its call's sequence is
+    taken), never shown as a later call's."""
 
-    def __init__(self, publisher: DeltaPublisher, lease: Lease) -> None:
+    def __init__(self, publisher: DeltaPublisher, lease: Lease, sequence: int) -> None:
         self.lease = lease
+        self.sequence = sequence
         self.next_chunk = 0  # only the publisher's thread counts
         self._publisher = publisher
 
@@ -60,8 +63,9 @@ class DeltaPublisher:
         self._thread: threading.Thread | None = None
         self._closed = False
 
-    def open(self, lease: Lease) -> CallStream:
-        return CallStream(self, lease)
+    def open(self, lease: Lease, sequence: int) -> CallStream:
+        """The stream of a call whose `llm` event will take `sequence`."""
+        return CallStream(self, lease, sequence)
 
     def submit(self, call: CallStream, text: str) -> None:
         with self._cond:
@@ -113,7 +117,7 @@ class DeltaPublisher:
         out: list[DeltaPiece] = []
         for call, texts in batch.items():
             for piece in pieces("".join(texts)):
-                out.append(DeltaPiece(call.lease, call.next_chunk, piece))
+                out.append(DeltaPiece(call.lease, call.sequence, call.next_chunk, piece))
                 call.next_chunk += 1
         try:
             self._store().publish_deltas(out)

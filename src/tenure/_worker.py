@@ -349,6 +349,7 @@ class Worker:
             collect_steps=False,
             decision=item.decision,
             fence_call=item.fence_call,
+            last_sequence=item.last_sequence,
         )
         with self._lock:
             self._active[item.lease.run_id] = segment

@@ -170,7 +170,17 @@ class _Walk:
         # A person's decision that claims the continuation at once is written in the claim's
         # transaction, just before its `claimed` event, under the new token.
         ahead = event.kind in _HUMAN_KINDS and event.lease_token == self.token + 1
-        if event.lease_token != self.token and event.kind is not EventKind.CLAIMED and not ahead:
+        # A run's first event sets its token: a queued run waits under token 0, and an
+        # interactive run is held from its first write under token 1 (`start`: no claim).
+        begun = (
+            self.last is None and event.kind is EventKind.REQUEST and event.lease_token in (0, 1)
+        )
+        if (
+            event.lease_token != self.token
+            and event.kind is not EventKind.CLAIMED
+            and not ahead
+            and not begun
+        ):
             self.flag(
                 event,
                 f"written under token {event.lease_token}, the run's token was {self.token}",

@@ -268,7 +268,15 @@ class Runtime:
         """Execute a run here and now, under a lease held by this process."""
         run = self._new_run(self._validate(request), interactive=True)
         lease = self.store.start(run, self._identity, self.settings.lease_seconds)
-        return Segment(self.engine, lease, None, 0, interactive=True, request=request).execute()
+        return Segment(
+            self.engine,
+            lease,
+            None,
+            0,
+            interactive=True,
+            request=request,
+            last_sequence=len(run.events) - 1,
+        ).execute()
 
     def run_queued(self, run_id: str) -> RunResult | None:
         """Claim that queued run and execute it here; None if it could not be claimed."""
@@ -287,6 +295,7 @@ class Runtime:
             claimed.requeue_count,
             decision=claimed.decision,
             fence_call=claimed.fence_call,
+            last_sequence=claimed.last_sequence,
         ).execute()
 
     def worker(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import tenure
-from tenure import EventKind, TerminationReason, ToolEffect
+from tenure import EventKind, RunStatus, TerminationReason, ToolEffect
 from tenure.demo._audit import audit
 
 from .conftest import Cli, wait_for
@@ -97,8 +97,14 @@ def test_demo_prints_an_audit_that_matches_the_database(demo: Demo) -> None:
 
     with tenure.Runtime(f"sqlite:///{db}") as runtime:
         runs = runtime.runs(limit=1000)
-        assert (ended, total) == (40, 40) == (sum(r.status.is_terminal for r in runs), len(runs))
-        assert (violations, audited_runs) == (0, 40)
+        assert (ended, total) == (44, 44) == (sum(r.status.is_terminal for r in runs), len(runs))
+        assert (violations, audited_runs) == (0, 44)
+        # Four of them ran interactively (`rt.run`): no `claimed` event, no queue.
+        interactive = [
+            r for r in runs if EventKind.CLAIMED not in {e.kind for e in runtime.events(r.id)}
+        ]
+        assert len(interactive) == 4 and all(r.lease_token == 1 for r in interactive)
+        assert any(r.status is RunStatus.COMPLETED for r in interactive)
         assert audited_events == sum(len(runtime.events(r.id)) for r in runs)
         assert _status_table(out) == Counter(
             (str(r.status), str(r.termination_reason)) for r in runs
@@ -135,7 +141,7 @@ def test_demo_replaces_its_own_database_and_ignores_the_environment(cli: Cli) ->
         assert result.code == 0, result.out + result.err
     assert not elsewhere.exists()
     with tenure.Runtime(f"sqlite:///{cli.cwd / 'tenure-demo.db'}") as runtime:
-        assert len(runtime.runs(limit=100)) == 12
+        assert len(runtime.runs(limit=100)) == 12 + 4  # and the interactive ones
 
 
 def test_the_audit_catches_a_repeated_or_unrecorded_write(demo: Demo, tmp_path: Path) -> None:
@@ -146,7 +152,7 @@ def test_the_audit_catches_a_repeated_or_unrecorded_write(demo: Demo, tmp_path: 
     ):
         source.backup(target)
     with tenure.Runtime(f"sqlite:///{copy}") as runtime:
-        assert audit(runtime, 40, []).passed
+        assert audit(runtime, 44, []).passed
         completed = runtime.runs(status="completed", limit=1)[0].id
         with contextlib.closing(sqlite3.connect(copy)) as conn:
             conn.execute(
@@ -155,7 +161,7 @@ def test_the_audit_catches_a_repeated_or_unrecorded_write(demo: Demo, tmp_path: 
                 "customer_id, amount_cents, written_at FROM demo_ledger LIMIT 1"
             )
             conn.commit()
-        repeated = audit(runtime, 40, [])
+        repeated = audit(runtime, 44, [])
         assert (repeated.repeated_writes, repeated.passed) == (1, False)
         with contextlib.closing(sqlite3.connect(copy)) as conn:
             conn.execute(
@@ -164,7 +170,7 @@ def test_the_audit_catches_a_repeated_or_unrecorded_write(demo: Demo, tmp_path: 
                 (completed, f"{completed}:99"),
             )
             conn.commit()
-        unrecorded = audit(runtime, 40, [])
+        unrecorded = audit(runtime, 44, [])
         assert (unrecorded.interrupted_writes, unrecorded.interrupted_not_fenced) == (1, 1)
 
 

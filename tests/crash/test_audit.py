@@ -14,6 +14,7 @@ import tenure
 from tenure import RunRequest, ToolContext, ToolEffect
 from tenure.audit import LedgerEntry, audit
 from tenure.store import open_store
+from tests._raw import raw_execute
 
 
 def _app(make_runtime: Callable[..., tenure.Runtime], ledger: list[LedgerEntry]) -> tenure.Runtime:
@@ -78,6 +79,49 @@ def test_the_audit_passes_what_tenure_writes(
         "failed/retries_exhausted": 1,
         "cancelled": 1,
     }
+
+
+def test_the_audit_passes_interactive_runs_and_catches_a_stale_write_in_one(
+    make_runtime: Callable[..., tenure.Runtime], db_url: str
+) -> None:
+    # An interactive run is held from its first write under token 1, with no `claimed`
+    # event: its `request` event is under token 1, and so is each of its steps.
+    ledger: list[LedgerEntry] = []
+    rt = _app(make_runtime, ledger)
+    results = [
+        rt.run(RunRequest(prompt="hi", model="scripted", script=[{"say": "hello"}])),
+        rt.run(_request(CHARGE, {"say": "done"})),
+        rt.run(_request({"fail": "auth"})),
+        rt.run(_request(CHARGE, {"fail": "server_error"})),
+    ]
+    assert [r.outcome for r in results] == ["completed", "completed", "failed", "failed"]
+    report = audit(rt.store, ledger, max_requeues=1)
+    assert report.ok, report.summary()
+    assert report.runs == 4 and report.ledger_entries == 2
+    command = [sys.executable, "-m", "tenure", "--database", db_url, "audit"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and "violations 0" in done.stdout, done.stdout + done.stderr
+
+    # A write under a token the run never held is still a violation in an interactive run,
+    # and so is a `request` event under any token but a queued (0) or interactive (1) one.
+    run_id = results[1].run_id
+    raw_execute(
+        db_url,
+        "UPDATE tenure_events SET lease_token = 2 WHERE run_id = ? AND kind = 'tool'",
+        run_id,
+    )
+    report = audit(rt.store, ledger, max_requeues=1)
+    text = "\n".join(report.violations)
+    assert f"run {run_id} event" in text and "written under token 2, the run's token was 1" in text
+    other = results[0].run_id
+    raw_execute(
+        db_url,
+        "UPDATE tenure_events SET lease_token = 3 WHERE run_id = ? AND kind = 'request'",
+        other,
+    )
+    report = audit(rt.store, ledger, max_requeues=1)
+    text = "\n".join(report.violations)
+    assert f"run {other} event 0 (request): written under token 3" in text, text
 
 
 def test_the_audit_finds_each_broken_promise(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from tenure import EventKind, Outcome, RunRequest, RunStatus
 from tenure.store._base import NewEvent
 from tenure.store._deltas import DeltaPiece
 from tests.crash._workers import wait_for
+from tests.fakes._answers import Answer
 from tests.fakes.openai_service import FakeOpenAI
 
 from ._proc import MODEL, make_runtime
@@ -124,6 +125,79 @@ def test_a_call_that_fails_mid_stream_streams_again_under_a_new_sequence(
     )
 
 
+FIRST = "Let me look that order up in the shipping system for you."
+# Long enough (40 words, one every 10 ms) to be still streaming when the stall ends.
+SECOND = " ".join(["Order o-1 left the Lyon warehouse on Monday and arrives on Thursday."] * 4)
+
+
+def _look_up_then_answer(body: dict[str, Any]) -> Answer:
+    """Text and a tool call, then (with the tool's result) a text answer."""
+    if any(m.get("role") == "tool" for m in body.get("messages") or []):
+        return Answer(text=SECOND)
+    return Answer(text=FIRST, tool_calls=[("lookup", {"order": "o-1"})])
+
+
+def test_a_publication_that_stalls_past_its_calls_end_is_refused_not_shown_as_the_next(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue #30: the last deltas of a call are published more than 2 s late (the call's end
+    # stops waiting for them), after its `llm` event and the tool's event. They name their
+    # call: the store refuses them, and the next call's text is shown whole, under its own
+    # sequence.
+    with FakeOpenAI(model="fake-model", chunk_interval=0.01, policy=_look_up_then_answer) as fake:
+        rt = make_runtime(db_url, fake.url)
+        try:
+
+            @rt.tool()
+            def lookup(order: str) -> str:
+                """Where an order is."""
+                return f"{order}: shipped"
+
+            run_id = rt.enqueue(RunRequest(prompt="Where is o-1?", model=MODEL, tools=["lookup"]))
+            store = rt.store
+            publish = store.publish_deltas
+            late: list[list[DeltaPiece]] = []
+
+            def stalling(pieces: list[DeltaPiece]) -> None:
+                # The first publication goes out at once (a reader sees the call start);
+                # the next one stalls until the tool's event is recorded and the second
+                # call is streaming, then goes to the real store.
+                if late or not published:
+                    published.append(pieces)
+                    return publish(pieces)
+                late.append(pieces)
+                wait_for(lambda: last_sequence(rt, run_id) >= 3, what="the tool's event")
+                wait_for(lambda: len(fake.received) >= 2, what="the second call")
+                time.sleep(0.05)  # its first pieces wait behind this publication
+                return publish(pieces)
+
+            published: list[list[DeltaPiece]] = []
+            monkeypatch.setattr(store, "publish_deltas", stalling)
+            reader = Reader(db_url, run_id)
+            result = rt.run_queued(run_id)
+            assert result is not None and result.outcome is Outcome.COMPLETED, result
+            items = reader.rest()
+        finally:
+            rt.close()
+
+    assert late, "no publication stalled"
+    events = [i for i in items if i["kind"] != "delta"]
+    assert [(e["kind"], e["sequence"]) for e in events] == [
+        ("request", 0), ("claimed", 1), ("llm", 2), ("tool", 3), ("llm", 4), ("assembled", 5)
+    ]  # fmt: skip
+    # Each call's text, exactly, under its own sequence: nothing of the first call's shown
+    # under the second's, no piece of the second's dropped.
+    assert "".join(deltas_of(items, 2)) == FIRST
+    assert "".join(deltas_of(items, 4)) == SECOND
+    assert {i["sequence"] for i in items if i["kind"] == "delta"} == {2, 4}
+    assert result.output == SECOND
+
+
+def last_sequence(rt: tenure.Runtime, run_id: str) -> int:
+    progress = rt.store.run_progress(run_id)
+    return -1 if progress is None else progress[1]
+
+
 def test_a_reader_of_an_unknown_run_gets_nothing(runtime: tenure.Runtime) -> None:
     assert list(runtime.stream("no-such-run")) == []
 
@@ -180,7 +254,7 @@ def test_publishing_a_long_delta_splits_it_under_the_notify_limit(
         assert claimed is not None
         feed = rt.store.follow_deltas(run_id)
         text = "é" * 5000  # 10,000 bytes in UTF-8: over PostgreSQL's payload limit
-        stream = rt.engine.deltas.open(claimed.lease)  # type: ignore[union-attr]
+        stream = rt.engine.deltas.open(claimed.lease, 2)  # type: ignore[union-attr]
         stream.add(text)
         stream.close()
         got: list[Any] = []
@@ -203,18 +277,18 @@ def test_only_the_segment_holding_the_run_publishes(runtime: tenure.Runtime) -> 
     feed = runtime.store.follow_deltas(run_id)
     try:
         stale = [
-            DeltaPiece(dataclasses.replace(lease, token=lease.token + 1), 0, "stale token"),
-            DeltaPiece(dataclasses.replace(lease, owner="worker:other:2:0"), 1, "not the owner"),
+            DeltaPiece(dataclasses.replace(lease, token=lease.token + 1), 2, 0, "stale token"),
+            DeltaPiece(dataclasses.replace(lease, owner="worker:other:2:0"), 2, 1, "not the owner"),
         ]
         runtime.store.publish_deltas(stale)
-        runtime.store.publish_deltas([DeltaPiece(lease, 2, "ours")])
+        runtime.store.publish_deltas([DeltaPiece(lease, 2, 2, "ours")])
         got = _first_deltas(feed)
     finally:
         feed.close()
     assert [(d.sequence, d.chunk, d.text) for d in got] == [(2, 2, "ours")]
 
 
-def test_a_piece_that_arrives_after_its_calls_llm_event_is_dropped(
+def test_a_piece_published_once_its_calls_sequence_is_taken_is_refused(
     runtime: tenure.Runtime,
 ) -> None:
     run_id = runtime.enqueue(RunRequest(prompt="x", model="scripted", script=[{"say": "hi"}]))
@@ -225,14 +299,21 @@ def test_a_piece_that_arrives_after_its_calls_llm_event_is_dropped(
     try:
         llm = NewEvent(EventKind.LLM, {"message": {"role": "assistant", "content": "hi"}})
         assert runtime.store.record_step(lease, 30.0, [llm]) == [2]
-        runtime.store.publish_deltas([DeltaPiece(lease, 7, "late")])  # the call is over
+        runtime.store.publish_deltas([DeltaPiece(lease, 2, 7, "late")])  # the call is over
         tool = NewEvent(EventKind.TOOL, {"name": "t"})
         assert runtime.store.record_step(lease, 30.0, [tool]) == [3]
-        runtime.store.publish_deltas([DeltaPiece(lease, 0, "next call")])
+        # Later still, while the next call streams (issue #30): refused all the same, and
+        # the next call's pieces, numbered from 0 again, are all delivered.
+        runtime.store.publish_deltas([DeltaPiece(lease, 2, 8, "later")])
+        runtime.store.publish_deltas(
+            [DeltaPiece(lease, 4, 0, "next "), DeltaPiece(lease, 4, 1, "call")]
+        )
+        # A piece that names a call ahead of the run's next event is refused too.
+        runtime.store.publish_deltas([DeltaPiece(lease, 5, 0, "ahead")])
         got = _first_deltas(feed)
     finally:
         feed.close()
-    assert [(d.sequence, d.text) for d in got] == [(4, "next call")]
+    assert [(d.sequence, d.chunk, d.text) for d in got] == [(4, 0, "next "), (4, 1, "call")]
 
 
 def _first_deltas(feed: Any) -> list[Any]:

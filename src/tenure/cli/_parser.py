@@ -336,7 +336,13 @@ def build(handlers: dict[str, Handler]) -> Parser:
     p.add_argument("--json", action="store_true", help="the verdicts as a JSON array")
 
     p = command("demo", "the main job: scripted runs, two workers, one killed, an audit")
-    p.add_argument("--runs", type=positive_int, default=300, metavar="N")
+    p.add_argument(
+        "--runs",
+        type=positive_int,
+        default=300,
+        metavar="N",
+        help="queued runs (default 300); four interactive runs are added",
+    )
     p.add_argument("--concurrency", type=positive_int, default=8, metavar="N", help="per worker")
     p.add_argument("--seed", type=int, default=7, metavar="N", help="the workload's mix")
     return parser

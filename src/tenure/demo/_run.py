@@ -1,6 +1,7 @@
 """`tenure demo`: the main job on the embedded default (SPEC §12).
 
-A fresh SQLite file; a few hundred scripted runs; two worker processes (`tenure worker`);
+A fresh SQLite file; a few hundred scripted runs, and a handful run interactively in the
+demo's own process; two worker processes (`tenure worker`);
 one of them SIGKILLed while it holds runs, and a replacement started; a live progress
 display; then a table by status and reason and the audit of `_audit.py`.
 """
@@ -33,7 +34,7 @@ from tenure import Run, RunStatus, ToolEffect
 from tenure._command import CliError, UsageError
 from tenure.demo._app import app, connect, sqlite_path
 from tenure.demo._audit import Audit, audit
-from tenure.demo._workload import SCENARIOS, workload
+from tenure.demo._workload import INTERACTIVE_RUNS, SCENARIOS, interactive, workload
 
 DEFAULT_DEMO_DATABASE = "sqlite:///tenure-demo.db"
 # Kill the first worker once this share of the runs has ended (it still holds some then).
@@ -372,6 +373,11 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
     except sqlite3.Error as exc:
         raise CliError(f"cannot create the demo tables in {url}: {exc}") from None
     console.print(f"enqueued {total} scripted runs in {url}")
+    # A few interactive runs too (`rt.run`, here and now): the audit covers both ways in.
+    for request in interactive(options.seed):
+        app.run(request)
+        total += 1
+    console.print(f"ran {len(INTERACTIVE_RUNS)} interactive runs in this process (rt.run)")
     with _terminate_gracefully(), tempfile.TemporaryDirectory(prefix="tenure-demo-") as log_dir:
         fleet = Fleet(url, options, Path(log_dir))
         try:

@@ -147,3 +147,28 @@ def workload(runs: int, seed: int = 7) -> list[RunRequest]:
             )
         )
     return requests
+
+
+# Not drawn by weight: run in the demo's own process with `rt.run` (interactive), before
+# the workers start, so that the audit covers runs that never wait in the queue.
+INTERACTIVE = "interactive"
+INTERACTIVE_RUNS = (_read, _idempotent_write, _invoice, _auth_error)
+
+
+def interactive(seed: int = 7) -> list[RunRequest]:
+    """A handful of requests to run interactively: a read, an idempotent write, an invoice
+    (a non-idempotent write) and an auth error."""
+    rng = random.Random(seed + 1)
+    requests = []
+    for i, make in enumerate(INTERACTIVE_RUNS):
+        order, customer = f"i{i:04d}", f"c{rng.randrange(1000):03d}"
+        requests.append(
+            RunRequest(
+                prompt=f"Handle order {order} for customer {customer}",
+                model="default",
+                tools=TOOLS,
+                metadata={"scenario": INTERACTIVE},
+                script=make(order, customer, rng.randrange(500, 20_000)),
+            )
+        )
+    return requests

@@ -19,10 +19,14 @@ log = logging.getLogger("tenure.store")
 
 @dataclass(frozen=True)
 class DeltaPiece:
-    """A piece of the text of the model call a lease's segment has in flight; `chunk`
-    numbers the pieces of one call from 0."""
+    """A piece of the text of the model call a lease's segment has in flight. The call is
+    named by `sequence`, the one its `llm` event will take (the segment's last event plus
+    one, known when the call starts): a piece published late, after that sequence is taken,
+    is refused, never taken for a later call's. `chunk` numbers the pieces of one call
+    from 0."""
 
     lease: Lease
+    sequence: int
     chunk: int
     text: str
 

@@ -40,6 +40,9 @@ class Claimed:
     # Raw JSON of the call an in-doubt fence stands for (SPEC §16): the new segment asks
     # that tool's probe whether the write happened before anything else.
     fence_call: str | None = None
+    # The sequence of the run's last event once claimed (its `claimed` event): what the
+    # segment counts its events from, to name the call it streams (SPEC §18).
+    last_sequence: int = -1
 
 
 @dataclass(frozen=True)

@@ -177,11 +177,8 @@ class SQLBase(ABC):
         for run_id, token, attempt, request, requeue_count, last, decision, fence in rows:
             event = lifecycle(EventKind.CLAIMED, worker=owner, lease_token=token, attempt=attempt)
             _event_rows(pending, run_id, last, attempt, token, [*before, event])
-            out.append(
-                Claimed(
-                    Lease(run_id, owner, token, attempt), request, requeue_count, decision, fence
-                )
-            )
+            lease = Lease(run_id, owner, token, attempt)
+            out.append(Claimed(lease, request, requeue_count, decision, fence, last))
         if events is None:
             self._insert_events(cur, pending)
         return out

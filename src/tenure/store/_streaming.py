@@ -15,6 +15,7 @@ class Streaming(SQLBase):
         rows = [
             {
                 **self._lease_params(piece.lease),
+                "sequence": piece.sequence,
                 "chunk": piece.chunk,
                 "text": piece.text,
             }

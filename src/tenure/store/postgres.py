@@ -357,6 +357,7 @@ class PostgresStore(SQLStore):
             "ids": [p.lease.run_id for p in pieces],
             "owners": [p.lease.owner for p in pieces],
             "tokens": [p.lease.token for p in pieces],
+            "sequences": [p.sequence for p in pieces],
             "channels": [channel(p.lease.run_id) for p in pieces],
             "chunks": [p.chunk for p in pieces],
             "texts": [p.text for p in pieces],

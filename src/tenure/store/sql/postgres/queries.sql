@@ -585,27 +585,27 @@ DELETE FROM tenure_workers
 -- name: publish_delta
 -- SPEC §18: pieces of the answer text of model calls in flight, one NOTIFY each on the
 -- run's own channel, each under its segment's lease (a segment that lost its run publishes
--- nothing). Payload: the call's sequence (the one its `llm` event will take), the piece's
--- number within the call and its text, tab-separated; pieces are cut small enough for the
--- 8,000-byte payload limit. Notifications are delivered at commit and keep their order.
+-- nothing). Payload: the call's sequence (the one its `llm` event will take, named by the
+-- publisher), the piece's number within the call and its text, tab-separated; pieces are
+-- cut small enough for the 8,000-byte payload limit. Notifications are delivered at commit
+-- and keep their order. A piece is refused once any event holds its call's sequence: a
+-- publication that stalled past its call's end (its `llm` event, then a tool's, then the
+-- next call streaming) must not land among the next call's pieces. The check reads the
+-- run's last committed event in this statement; an event committed while it runs leaves
+-- the piece under its own call's sequence, which a reader drops once it has that event.
 -- A delta is worth nothing after a crash, so its commit does not wait for the WAL to reach
 -- the disk (synchronous_commit off for this transaction alone): the wait would be the
 -- largest part of a delta's latency on a durable server.
-SELECT pg_notify(d.channel, (r.last_sequence + 1)::text || E'\t' || d.chunk::text || E'\t'
-                            || d.text)
+SELECT pg_notify(d.channel, d.sequence::text || E'\t' || d.chunk::text || E'\t' || d.text)
   FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_wait,
        (SELECT * FROM unnest(%(ids)s::text[], %(owners)s::text[], %(tokens)s::bigint[],
-                             %(channels)s::text[], %(chunks)s::integer[], %(texts)s::text[])
-                      WITH ORDINALITY AS p(id, owner, token, channel, chunk, text, n)
+                             %(sequences)s::bigint[], %(channels)s::text[],
+                             %(chunks)s::integer[], %(texts)s::text[])
+                      WITH ORDINALITY AS p(id, owner, token, sequence, channel, chunk, text, n)
          ORDER BY n) AS d
   JOIN tenure_runs r
     ON r.id = d.id AND r.status = 'running' AND r.claimed_by = d.owner
-   AND r.lease_token = d.token
- -- A piece that arrives after its call's `llm` event (a publication that stalled) would be
- -- taken for the next call's: the run's last event being this lease's `llm` drops it.
- WHERE NOT EXISTS (SELECT 1 FROM tenure_events e
-                    WHERE e.run_id = r.id AND e.sequence = r.last_sequence
-                      AND e.kind = 'llm' AND e.lease_token = r.lease_token);
+   AND r.lease_token = d.token AND r.last_sequence + 1 = d.sequence;
 
 -- name: listen_deltas
 -- A reader of one run's deltas (`{channel}` is filled in as a quoted identifier).

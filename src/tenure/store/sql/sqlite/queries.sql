@@ -444,16 +444,16 @@ DELETE FROM tenure_workers
 
 -- name: publish_delta
 -- SPEC §18: a piece of the answer text of the model call in flight, under the segment's
--- lease (a segment that lost its run publishes nothing). The call's sequence is the one its
--- `llm` event will take; the rows go when that event is recorded (0008's triggers).
--- A piece that arrives after its call's `llm` event (a publication that stalled) would be
--- taken for the next call's: the run's last event being this lease's `llm` drops it.
+-- lease (a segment that lost its run publishes nothing). The piece names its call by the
+-- sequence the call's `llm` event will take; the rows go when that event is recorded
+-- (0008's triggers). Refused once any event holds that sequence: a publication that stalled
+-- past its call's end (its `llm` event, then a tool's, then the next call streaming) must
+-- not land among the next call's pieces. The run's last event is read in this statement,
+-- inside the write transaction, so no event can be recorded between the check and the row.
 INSERT INTO tenure_deltas (run_id, sequence, chunk, text)
-SELECT id, last_sequence + 1, :chunk, :text FROM tenure_runs r
+SELECT id, :sequence, :chunk, :text FROM tenure_runs
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
-   AND NOT EXISTS (SELECT 1 FROM tenure_events e
-                    WHERE e.run_id = r.id AND e.sequence = r.last_sequence
-                      AND e.kind = 'llm' AND e.lease_token = r.lease_token);
+   AND last_sequence + 1 = :sequence;
 
 -- name: deltas_after
 -- The deltas of a run published after delta `after` (a row id), in the order published.
