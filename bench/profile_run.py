@@ -1,0 +1,155 @@
+"""profile_run: where a trivial run's CPU goes, end to end, in one worker process.
+
+    python bench/profile_run.py [--size N] [--repeat 3] [--postgres URL] [--against DIR]
+
+N trivial runs (one scripted answer, no tools) are enqueued one call each, then drained by
+one worker at concurrency 1 and 8. CPU is this process's user + system time, every thread,
+divided by the runs. The stage split comes from a second drain under yappi's CPU clock
+(which slows everything down, so only the shares are used, applied to the unprofiled
+total): claim and settle (the completer's commits), the segment (journal, model step,
+ending), and the rest of the worker (slots, buffer, keeper, heartbeats).
+
+`--against DIR` measures another checkout of tenure (its `src/`) in the same invocation,
+the two alternating, each in a fresh child process: DIR's row is shown beside this one's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import _common as c
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+# Each stage's function, by its names across versions (the first one found counts).
+STAGES = {
+    "claim + settle": [("_completer.py", "Completer._commit"), ("_worker.py", "Worker._commit")],
+    "segment": [("_ladder.py", "Segment._execute"), ("_ladder.py", "Segment.execute")],
+}
+
+
+def child_main(url: str, n: int, concurrency: int, profiled: bool) -> None:
+    """In a child process whose `sys.path` starts at the checkout being measured."""
+    from tenure import RunRequest, RunStatus, Runtime
+
+    def trivial() -> RunRequest:
+        return RunRequest(prompt="x", model="scripted", script=[{"say": "ok"}])
+
+    with Runtime(url, lease_seconds=900.0) as rt:
+        rt.store  # noqa: B018 -- the schema, before timing
+        requests = [trivial() for _ in range(n)]
+        cpu = time.process_time()
+        for request in requests:
+            rt.enqueue(request)
+        enqueue = time.process_time() - cpu
+        shares: dict[str, float] = {}
+        if profiled:
+            import yappi
+
+            yappi.set_clock_type("cpu")
+            yappi.start()
+        cpu = time.process_time()
+        rt.work(concurrency=concurrency, burst=True, poll_interval=0.05)
+        drain = time.process_time() - cpu
+        if profiled:
+            yappi.stop()
+            stats = {(s.module, s.name): s.ttot for s in yappi.get_func_stats()}
+            total = sum(t.ttot for t in yappi.get_thread_stats()) or 1.0
+            for stage, names in STAGES.items():
+                for module, name in names:
+                    spent = sum(
+                        t for (m, f), t in stats.items() if m.endswith(module) and f == name
+                    )
+                    if spent:
+                        shares[stage] = spent / total
+                        break
+        done = len(rt.runs(status=RunStatus.COMPLETED, limit=n + 1))
+        if done != n:
+            raise SystemExit(f"completed {done} of {n}")
+    print(json.dumps({"enqueue": enqueue / n, "drain": drain / n, "shares": shares}))
+
+
+def run_child(src: Path, url: str, n: int, concurrency: int, profiled: bool) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(HERE)])}
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", url, str(n), str(concurrency), str(int(profiled))],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"child failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = c.parser(__doc__.splitlines()[0], default_size=2000, quick_size=100)
+    parser.add_argument("--against", type=Path, help="another checkout of tenure to compare")
+    args = parser.parse_args()
+    n, times = c.size_and_repeat(args)
+    checkouts = {"this": ROOT / "src"}
+    if args.against is not None:
+        checkouts[str(args.against)] = args.against.resolve() / "src"
+    table = c.Table(f"profile_run: CPU µs per trivial run, {n} runs, one worker process")
+    stores: list[tuple[str, Any]] = []
+    with c.scratch_dir() as tmp, c.maybe_postgres(args) as pg:
+        count = iter(range(10**6))
+        if not args.no_sqlite:
+            stores.append(("SQLite", lambda: f"sqlite:///{tmp}/p{next(count)}.db"))
+        if pg is not None:
+            stores.append(("PostgreSQL", lambda: pg.fresh("profile")))
+        for store, fresh in stores:
+            for concurrency in (1, 8):
+                measure(table, store, fresh, checkouts, n, concurrency, times)
+    c.emit(table, preamble=c.machine())
+
+
+def measure(
+    table: c.Table,
+    store: str,
+    fresh: Any,
+    checkouts: dict[str, Path],
+    n: int,
+    concurrency: int,
+    times: int,
+) -> None:
+    series: dict[tuple[str, str], c.Series] = {}
+    shares: dict[str, dict[str, c.Series]] = {}
+    for _ in range(times):
+        for name, src in checkouts.items():  # alternating: the machine's drift falls on both
+            plain = run_child(src, fresh(), n, concurrency, profiled=False)
+            series.setdefault((name, "enqueue"), c.Series()).add(plain["enqueue"] * 1e6)
+            series.setdefault((name, "drain"), c.Series()).add(plain["drain"] * 1e6)
+            profiled = run_child(src, fresh(), n, concurrency, profiled=True)
+            for stage, share in profiled["shares"].items():
+                shares.setdefault(name, {}).setdefault(stage, c.Series()).add(share)
+    base = series.get(("this", "drain"))
+    for name in checkouts:
+        label = f"{name}/{store}"
+        table.add(label, f"enqueue c={concurrency}", series[(name, "enqueue")])
+        drain = series[(name, "drain")]
+        baseline = None if name == "this" else base
+        table.add(label, f"drain c={concurrency}", drain, baseline=baseline)
+        for stage, share in shares.get(name, {}).items():
+            table.add(
+                label,
+                f"  {stage}",
+                c.Series([drain.median * share.median]),
+                note=f"{share.median:.0%} of the drain (yappi)",
+            )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1")
+    else:
+        main()
