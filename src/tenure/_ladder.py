@@ -42,7 +42,7 @@ from tenure._types import (
 from tenure.agent import _human
 from tenure.agent._journal import Journal
 from tenure.agent._tools import Toolbox
-from tenure.providers._base import ModelCall, ModelReply, Provider
+from tenure.providers._base import ModelCall, ModelReply, Provider, streams
 from tenure.store._base import NO_USAGE, Lease, NewEvent, Store
 
 if TYPE_CHECKING:
@@ -267,7 +267,7 @@ class Segment(ToolSteps, Endings):
     def _ask(self, provider: Provider, call: ModelCall) -> ModelReply:
         """The model step. A streaming provider's text is published while it arrives
         (SPEC §18); the call's last deltas are out before its `llm` event is recorded."""
-        deltas = self.engine.deltas
+        deltas = self.engine.deltas if streams(provider) else None
         stream = deltas.open(self.lease, self._next_sequence()) if deltas is not None else None
         if stream is not None:
             call = dataclasses.replace(call, on_delta=stream.add)

@@ -114,6 +114,13 @@ class Provider(Protocol):
         ...
 
 
+def streams(provider: Provider) -> bool:
+    """Whether a provider may hand its answer text to `ModelCall.on_delta` as it arrives.
+    One that says `streams = False` costs a call no publisher at all; one that says nothing
+    is taken to stream."""
+    return bool(getattr(provider, "streams", True))
+
+
 class AsyncProvider(Protocol):
     """A provider whose `complete` is a coroutine function: it is awaited on the process's
     event loop, cancelled when the run is lost (`tenure.Cancelled`) or past the model's

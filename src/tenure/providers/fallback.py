@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from tenure._classify import classify, describe, retry_after
 from tenure._errors import InvalidRequest, ProviderError, Throttled
-from tenure.providers._base import ModelCall, ModelReply, Provider
+from tenure.providers._base import ModelCall, ModelReply, Provider, streams
 
 log = logging.getLogger("tenure")
 
@@ -61,6 +61,10 @@ class Fallback:
                     f"Fallback: {provider!r} is async; a chain takes synchronous providers"
                 )
         self.providers: tuple[Provider, ...] = tuple(providers)
+
+    @property
+    def streams(self) -> bool:
+        return any(streams(p) for p in self.providers)
 
     def complete(self, call: ModelCall) -> ModelReply:
         attempts: list[Exception] = []

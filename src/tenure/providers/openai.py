@@ -326,6 +326,10 @@ class OpenAICompatible:
         """Set a model's price in USD per million input and output tokens."""
         self.prices[model] = Price(float(input), float(output))
 
+    @property
+    def streams(self) -> bool:
+        return self.stream
+
     def complete(self, call: ModelCall) -> ModelReply:
         params: dict[str, Any] = {"model": self.model, "messages": call.messages}
         if call.tools:

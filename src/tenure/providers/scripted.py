@@ -100,6 +100,8 @@ def _estimate(call: ModelCall, text: str) -> Usage:
 class Scripted:
     """Plays a script: the request's own `script`, else the one given here."""
 
+    streams = False  # its answers come whole
+
     def __init__(self, script: list[dict[str, Any]] | None = None) -> None:
         self._script = parse_script(script) if script is not None else None
 
