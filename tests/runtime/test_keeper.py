@@ -10,6 +10,7 @@ from typing import Any
 
 import tenure
 from tenure import EventKind, Outcome, RunRequest, RunStatus, TerminationReason, ToolEffect
+from tenure._keeper import Keeper
 from tenure._ladder import Engine
 from tenure._reaper import Reaper
 from tenure._worker import Worker
@@ -149,6 +150,51 @@ def test_segments_that_start_do_not_start_keeper_rounds(make_runtime: MakeRuntim
     rt.work(concurrency=4, burst=True, poll_interval=0.01)
     assert all(status(rt, i) is RunStatus.COMPLETED for i in ids)
     assert rt._keeper.rounds == 0  # the drain took far less than a round (lease / 3 = 10 s)
+    # Nor do they wake the keeper's thread: their leases need no earlier round than the
+    # first one's (a wake-up per run was a large part of a trivial run's CPU).
+    assert rt._keeper.wakeups <= 1
+
+
+class Held:
+    """A segment as the keeper sees it: a lease held, a step within its deadline."""
+
+    def __init__(self, lease: Lease, lease_seconds: float) -> None:
+        self.lease, self.lease_seconds = lease, lease_seconds
+        self.lost = False
+
+    def renewable(self, now: float) -> bool:
+        return True
+
+    def lose(self, cancelled: bool) -> None:
+        self.lost = True
+
+
+def test_a_segment_with_a_shorter_lease_brings_the_next_round_forward(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A long lease sets the keeper's wait (10 s); a segment with a 0.6 s lease that starts
+    later wakes it, and is renewed in time (its lease outlives three of its lengths)."""
+    rt = make_runtime()
+    store = rt.store
+    keeper = Keeper(lambda: store)
+    try:
+        long_id, short_id = rt.enqueue(sleeping(1)), rt.enqueue(sleeping(1))
+        long_claim = store.claim_run(long_id, "w:1", 30.0)
+        short_claim = store.claim_run(short_id, "w:1", 0.6)
+        assert long_claim is not None and short_claim is not None
+        keeper.keep(Held(long_claim.lease, 30.0))
+        deadline = time.monotonic() + 5
+        while keeper.wakeups == 0 and keeper._round is None:  # the thread has set its wait
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        short = Held(short_claim.lease, 0.6)
+        keeper.keep(short)
+        time.sleep(1.8)
+        assert not short.lost and keeper.rounds >= 3
+        # Still ours after three of its lease lengths: its lease was renewed all along.
+        assert store.record_step(short_claim.lease, 0.6, []) is not None
+    finally:
+        keeper.close()
 
 
 def test_one_keeper_round_is_one_statement_for_every_run_in_flight(
