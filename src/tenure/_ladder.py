@@ -95,6 +95,7 @@ class Segment(ToolSteps, Endings):
     # Set by the lease keeper when the run is no longer ours; aborts the step in flight.
     _abort: threading.Event = field(default_factory=threading.Event)
     _lost_cancelled: bool = False
+    _kept: bool = False  # the lease keeper renews this segment's lease
     _deadline: float | None = None  # the step in flight's deadline (time.monotonic)
     # Raw JSON of the call an in-doubt fence stands for (SPEC §16), from the claim: asked
     # of its tool's probe before anything else.
@@ -147,8 +148,9 @@ class Segment(ToolSteps, Endings):
         a hold for a person): the keeper stops renewing first, so that a renewal racing
         this write never mistakes the run's new state for a lost lease."""
         keeper = self.engine.keeper
-        if keeper is not None:
+        if keeper is not None and self._kept:
             keeper.release(self)
+            self._kept = False
         self._check_held()
 
     def _check_held(self) -> None:
@@ -173,11 +175,13 @@ class Segment(ToolSteps, Endings):
         keeper = self.engine.keeper
         if keeper is not None:
             keeper.keep(self)
+            self._kept = True
         try:
             return self._execute_kept()
         finally:
-            if keeper is not None:
+            if keeper is not None and self._kept:
                 keeper.release(self)
+                self._kept = False
 
     def _execute_kept(self) -> RunResult | Ending:
         try:
