@@ -104,6 +104,46 @@ def test_an_end_whose_lease_expired_before_its_commit_is_not_settled(
     assert audit(rt.store).ok
 
 
+def test_an_end_whose_lease_expired_while_it_waited_is_refused_without_a_reaper(
+    make_runtime: MakeRuntime,
+) -> None:
+    """No reaper acted before the commit: the lease's time alone, by the database's clock,
+    refuses the batched settle. The segment reports lease_lost; the reaper then requeues the
+    run as a dead worker's, and it is done exactly once."""
+    lease = 0.3
+    rt = make_runtime(lease_seconds=lease)
+    run_id = rt.enqueue(say("once"))
+    outwaited: list[str] = []
+
+    def outwait(settles: Sequence[tuple[Lease, Settlement]]) -> None:
+        for held, _ in settles:
+            if held.run_id == run_id and not outwaited:
+                # The keeper no longer renews an ended segment: its lease runs out here.
+                time.sleep(lease + 0.2)
+                run = rt.status(run_id)
+                assert run is not None and run.status is RunStatus.RUNNING
+                assert run.lease_expires is not None and run.lease_expires < rt.store.now()
+                outwaited.append(held.run_id)
+
+    def done() -> bool:
+        # The worker's own reaper is kept out of the way (reap_interval): this one acts
+        # only once the commit has been refused.
+        if outwaited:
+            Reaper(rt.store, 3).run_once()
+        return rt.status(run_id).status is RunStatus.COMPLETED  # type: ignore[union-attr]
+
+    worker = worker_on(rt, BeforeEachCommit(rt.store, outwait), concurrency=1, reap_interval=60)
+    run_until_done(worker, done)
+    assert outwaited == [run_id]
+    assert worker.stats.outcomes.get(str(Outcome.LEASE_LOST)) == 1
+    assert worker.stats.outcomes.get(str(Outcome.COMPLETED)) == 1
+    events = rt.events(run_id)
+    assert [e.kind for e in events].count(EventKind.ASSEMBLED) == 1  # the second segment's
+    causes = [e.payload["cause"] for e in events if e.kind is EventKind.REQUEUED]
+    assert causes == ["stale"]
+    assert audit(rt.store).ok
+
+
 def test_an_end_of_a_run_cancelled_before_its_commit_is_not_settled(
     make_runtime: MakeRuntime,
 ) -> None:

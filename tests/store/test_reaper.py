@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from tenure._reaper import Reaper
 from tenure._types import EventKind, FailureClass, RunStatus, TerminationReason, ToolEffect
 from tenure.store import Store
@@ -135,39 +133,37 @@ def test_a_pass_stops_taking_pages_at_its_time_budget(store: Store) -> None:
     assert reaper(store).run_once(limit=2).requeued == 3
 
 
-class StallingStore:
-    """The real store, with `between` run after the reaper's read and before its write."""
+class OlderRead:
+    """The real store, whose reaper reads `seen`: the run as it was before the segment's last
+    write. A segment writes only under a live lease, so its write and a reaper's read of its
+    expired lease interleave only this way: on PostgreSQL a write decided while its lease was
+    live may commit after the reaper's read (which did not see it), and the write then
+    outlives the lease it set before the reaper writes."""
 
-    def __init__(self, inner: Store, between: Callable[[], None]) -> None:
+    def __init__(self, inner: Store, seen: StaleRun) -> None:
         self.inner = inner
-        self.between = between
+        self.seen: list[StaleRun] = [seen]
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
     def stale_runs(self, limit: int) -> list[StaleRun]:
-        page = self.inner.stale_runs(limit)
-        if page:
-            self.between()
-            self.between = lambda: None
+        page, self.seen = self.seen, []
         return page
 
 
 def test_a_fence_stamped_after_the_reapers_read_is_never_cleared(store: Store) -> None:
-    """The double write: the reaper reads the run with no fence and stalls; the segment
-    stamps its non-idempotent fence and starts the write, which outlives its fence lease;
-    the reaper's requeue, decided on "no fence", must not apply (it would clear the fence
-    and a new segment would run the write again). The next pass dead-letters the run."""
+    """The double write: the reaper reads the run with no fence; the segment stamps its
+    non-idempotent fence and starts the write, which outlives its fence lease; the reaper's
+    requeue, decided on "no fence", must not apply (it would clear the fence and a new
+    segment would run the write again). The next pass dead-letters the run."""
     run_id = enqueue(store)
     lease = claim_one(store, lease=SHORT_LEASE).lease
-    expire()
+    before = StaleRun(run_id, lease.token, None, True, 0)
+    assert store.mark_fence(lease, WRITE, SHORT_LEASE)
+    expire()  # the write outlives the lease its fence was stamped with
 
-    def the_write_starts() -> None:
-        assert store.mark_fence(lease, WRITE, SHORT_LEASE)
-        expire()  # the write outlives the lease its fence was stamped with
-
-    stalling = StallingStore(store, the_write_starts)
-    report = Reaper(stalling, 3).run_once()  # type: ignore[arg-type]
+    report = Reaper(OlderRead(store, before), 3).run_once()  # type: ignore[arg-type]
     assert (report.requeued, report.dead_lettered, report.skipped) == (0, 0, 1)
     run = store.get_run(run_id)
     assert run is not None and run.status is RunStatus.RUNNING and run.pending_effect is WRITE
@@ -183,22 +179,35 @@ def test_a_fence_stamped_after_the_reapers_read_is_never_cleared(store: Store) -
 def test_a_fence_cleared_after_the_reapers_read_is_no_reason_to_dead_letter(
     store: Store,
 ) -> None:
-    """The mirror case: the reaper reads the fence standing and stalls; the write returns
-    and its event clears the fence (with a lease that expires again before the reaper
-    writes). The dead-letter decided on the fence must not apply; the run is requeued."""
+    """The mirror case: the reaper reads the fence standing; the write returns and its event
+    clears the fence (with a lease that expires again before the reaper writes). The
+    dead-letter decided on the fence must not apply; the run is requeued."""
     run_id = enqueue(store)
     lease = claim_one(store, lease=30).lease
-    assert store.mark_fence(lease, WRITE, SHORT_LEASE)
+    assert store.mark_fence(lease, WRITE, 30)
+    before = StaleRun(run_id, lease.token, WRITE, True, 0)
+    assert store.clear_fence(lease, SHORT_LEASE, step(EventKind.TOOL)) is not None
     expire()
 
-    def the_write_is_recorded() -> None:
-        assert store.clear_fence(lease, SHORT_LEASE, step(EventKind.TOOL)) is not None
-        expire()
-
-    stalling = StallingStore(store, the_write_is_recorded)
-    report = Reaper(stalling, 3).run_once()  # type: ignore[arg-type]
+    report = Reaper(OlderRead(store, before), 3).run_once()  # type: ignore[arg-type]
     assert (report.requeued, report.dead_lettered, report.skipped) == (0, 0, 1)
     assert reaper(store).run_once().requeued == 1  # read afresh: no fence, a plain requeue
+    run = store.get_run(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED and run.pending_effect is None
+
+
+def test_a_write_after_the_lease_expired_cannot_change_what_the_reaper_read(
+    store: Store,
+) -> None:
+    """The interleaving the tests above stand for cannot happen through a write made after
+    the lease ran out: the segment's stamp is refused, and the reaper's read stays true."""
+    run_id = enqueue(store)
+    lease = claim_one(store, lease=SHORT_LEASE).lease
+    expire()
+    seen = stale_for(store, run_id)
+    assert not store.mark_fence(lease, WRITE, SHORT_LEASE)
+    assert store.clear_fence(lease, SHORT_LEASE, step(EventKind.TOOL)) is None
+    assert store.requeue_stale(seen)
     run = store.get_run(run_id)
     assert run is not None and run.status is RunStatus.QUEUED and run.pending_effect is None
 

@@ -17,6 +17,7 @@ import pytest
 
 import tenure
 from tenure import EventKind, Outcome, RunRequest, RunStatus
+from tenure._reaper import Reaper
 from tenure.store._base import NewEvent
 from tenure.store._deltas import DeltaPiece
 from tests.crash._workers import wait_for
@@ -314,6 +315,33 @@ def test_a_piece_published_once_its_calls_sequence_is_taken_is_refused(
     finally:
         feed.close()
     assert [(d.sequence, d.chunk, d.text) for d in got] == [(4, 0, "next "), (4, 1, "call")]
+
+
+def test_a_segment_whose_lease_expired_publishes_nothing(runtime: tenure.Runtime) -> None:
+    """No reaper acted yet, but the lease's time is over: its pieces are dropped. The next
+    segment's pieces, published after them, are the only ones a reader gets."""
+    run_id = runtime.enqueue(RunRequest(prompt="x", model="scripted", script=[{"say": "hi"}]))
+    claimed = runtime.store.claim_run(run_id, "worker:test:1:0", 0.2)
+    assert claimed is not None
+    feed = runtime.store.follow_deltas(run_id)
+    try:
+        time.sleep(0.35)
+        runtime.store.publish_deltas(
+            [DeltaPiece(claimed.lease, claimed.last_sequence + 1, 0, "after its lease")]
+        )
+        # Were it stored, SQLite's poller (every 10 ms) would deliver it before the reaper's
+        # requeue deletes the run's deltas.
+        time.sleep(0.3)
+        assert Reaper(runtime.store, 3).run_once().requeued == 1
+        again = runtime.store.claim_run(run_id, "worker:test:2:0", 30.0)
+        assert again is not None
+        runtime.store.publish_deltas(
+            [DeltaPiece(again.lease, again.last_sequence + 1, 0, "the next segment's")]
+        )
+        got = _first_deltas(feed)
+    finally:
+        feed.close()
+    assert [d.text for d in got] == ["the next segment's"]
 
 
 def _first_deltas(feed: Any) -> list[Any]:

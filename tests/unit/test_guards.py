@@ -4,7 +4,12 @@ The two `queries.sql` files are written by hand, once per database; a guard colu
 one and forgotten in the other would make a race lose on one store only. Spelling differs
 (`:token` and `%(token)s`, `json_extract(b.value, '$.token')` and `b.token`, table aliases,
 casts), so what is compared is what a guard is made of: the run columns it reads, the string
-values it compares them with, and the parameters it names.
+values it compares them with, the parameters it names, and how it compares a time with the
+database's clock (`lease_expires >= {now}` is a live lease, `lease_expires < {now}` a stale
+one: the same column, opposite meanings).
+
+Every write made under a lease is also checked, on each dialect, to refuse a lease that has
+expired by the database's clock (SPEC §15), reaper or no reaper.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ GUARD_COLUMNS = {
     "lease_token",
     "lease_expires",
     "pending_effect",
+    "fence_probe",
+    "fence_call",
     "requeue_count",
     "request",
     "available_at",
@@ -35,6 +42,10 @@ _PARAM = re.compile(r":(\w+)|%\((\w+)\)s|'\$\.(\w+)'|\bb\.(\w+)")
 _CAST = re.compile(r"::\w+(\[\])?")
 _LITERAL = re.compile(r"'([a-z_]+)'")
 _WORD = re.compile(r"\b([a-z_]+)\b")
+# A time compared with the database's clock: `{now}` on both dialects; PostgreSQL's claim
+# reads the statement's start instead and its capacity statements read the clock once as `t`.
+# (Not `=`: that is an assignment a clause's end may take in, never a guard.)
+_TIMED = re.compile(r"\b(\w+)\s*(<=|>=|<>|<|>)\s*(?:\{now\}|statement_timestamp\(\)|\bt\.now\b)")
 # Names that are parameters on one dialect and columns of the batch record on the other.
 _BATCH_FIELDS = {"owner", "token", "fence"}
 # Parameters one dialect's statement has on purpose: PostgreSQL's step commits on its own,
@@ -42,15 +53,17 @@ _BATCH_FIELDS = {"owner", "token", "fence"}
 _ONE_DIALECT = {"record_step": {"nonce"}}
 
 
-def _guard(sql: str) -> tuple[set[str], set[str], set[str]]:
-    """(columns, string values, parameters) of every WHERE clause of one statement."""
+def _guard(sql: str) -> tuple[set[str], set[str], set[str], set[tuple[str, str]]]:
+    """(columns, string values, parameters, comparisons with the clock) of every WHERE
+    clause of one statement."""
     clauses = _CAST.sub("", " ".join(m.group(1) for m in _WHERE.finditer(sql)))
+    timed = {(m.group(1), m.group(2)) for m in _TIMED.finditer(clauses)}
     params = {next(g for g in m.groups() if g) for m in _PARAM.finditer(clauses)}
     without_params = _PARAM.sub(" ", clauses)
     literals = set(_LITERAL.findall(without_params)) - {"running_", "queued_"}
     words = set(_WORD.findall(_LITERAL.sub(" ", without_params)))
     columns = (words & GUARD_COLUMNS) - params
-    return columns, literals, params - {"value"}
+    return columns, literals, params - {"value"}, timed
 
 
 def _transitions() -> list[str]:
@@ -78,6 +91,7 @@ def test_a_transitions_guard_is_the_same_on_both_dialects(name: str) -> None:
     assert lite[2] - _BATCH_FIELDS == pg[2] - _BATCH_FIELDS - extra, (
         f"{name}: guard parameters differ"
     )
+    assert lite[3] == pg[3], f"{name}: comparisons with the clock differ"
 
 
 def test_the_comparison_sees_a_missing_guard() -> None:
@@ -86,3 +100,67 @@ def test_the_comparison_sees_a_missing_guard() -> None:
     weakened = sql.replace("AND pending_effect = %(fence)s", "")
     assert weakened != sql
     assert _guard(weakened) != _guard(_sql.queries("sqlite")["requeue_stale"])
+    # A stale lease taken for a live one: the same column, the comparison turned round.
+    sql = _sql.queries("postgres")["mark_fence"]
+    turned = sql.replace("lease_expires >= {now}", "lease_expires < {now}")
+    assert turned != sql
+    assert _guard(turned) != _guard(_sql.queries("sqlite")["mark_fence"])
+
+
+# Every write a segment or its worker makes under a lease (owner and token named by the
+# caller), and the reads by owner (which change nothing).
+OWNER_WRITES = {
+    "record_step",
+    "renew_leases",
+    "mark_fence",
+    "clear_fence",
+    "requeue",
+    "requeue_in_doubt",
+    "hand_back",
+    "release",
+    "settle_batch",
+    "suspend",
+    "park",
+    "publish_delta",
+}
+OWNER_READS = {"held_by"}
+_OWNER = re.compile(
+    r"\bclaimed_by\s*=\s*"
+    r"(?::owner\b|%\(owner\)s|json_extract\(b\.value, '\$\.owner'\)|[bd]\.owner\b)"
+)
+_CLAUSE = re.compile(r"\b(SET|WHERE|ON)\b", re.I)
+_LIVE = re.compile(r"\blease_expires\s*>=\s*\{now\}")
+
+
+def _owner_guards(sql: str) -> int:
+    """How many conditions of a statement compare `claimed_by` with the owner its caller
+    names: in a WHERE or a join's ON, not a claim's SET."""
+    found = 0
+    for match in _OWNER.finditer(sql):
+        clauses = _CLAUSE.findall(sql[: match.start()])
+        found += bool(clauses) and clauses[-1].upper() != "SET"
+    return found
+
+
+def _unexpired(sql: str) -> bool:
+    """Each owner's guard of the statement comes with the live-lease condition."""
+    return len(_LIVE.findall(sql)) == _owner_guards(sql)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_every_write_under_a_lease_refuses_it_once_expired(dialect: str) -> None:
+    queries = _sql.queries(dialect)
+    by_owner = {name for name, sql in queries.items() if _owner_guards(sql)}
+    # A statement guarded by an owner that is not listed here must be looked at (and listed).
+    assert by_owner == OWNER_WRITES | OWNER_READS
+    unguarded = sorted(name for name in OWNER_WRITES if not _unexpired(queries[name]))
+    assert unguarded == [], f"writes that a lease past its time still passes: {unguarded}"
+
+
+def test_the_check_sees_a_write_without_the_expiry() -> None:
+    sql = _sql.queries("sqlite")["settle_batch"]
+    weakened = sql.replace("AND lease_expires >= {now}", "")
+    assert weakened != sql and _unexpired(sql) and not _unexpired(weakened)
+    sql = _sql.queries("postgres")["record_step"]
+    once = sql.replace("AND lease_expires >= {now}", "", 1)  # the step's UPDATE, not its replay
+    assert once != sql and _unexpired(sql) and not _unexpired(once)

@@ -3,9 +3,12 @@
 -- waited for a row lock must not hand out a lease that is already partly spent), and
 -- `{run_columns}` the columns a Run is built from; the loader fills both in.
 -- Every statement that changes a run names its guard in its WHERE clause and RETURNs what it
--- changed, so the caller learns whether it won. Statements that make a run claimable now
--- also pg_notify('tenure_runs', queue): delivered at commit, so a listener never wakes for a
--- run it cannot see yet, and never for a transaction that rolled back.
+-- changed, so the caller learns whether it won. An owner's write is guarded by its lease:
+-- owner, token, and a lease not yet expired by this clock (`lease_expires >= {now}`, the
+-- reaper's `lease_expires < {now}` turned round): a worker frozen past its lease writes
+-- nothing once it thaws, even before any reaper acted (SPEC §15). Statements that make a run
+-- claimable now also pg_notify('tenure_runs', queue): delivered at commit, so a listener never
+-- wakes for a run it cannot see yet, and never for a transaction that rolled back.
 
 -- name: now
 -- The database's clock.
@@ -133,7 +136,8 @@ WITH moved AS (
            output_tokens = output_tokens + %(output_tokens)s,
            cost = cost + %(cost)s, step_nonce = %(nonce)s, updated_at = {now}
      WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-       AND lease_token = %(token)s AND step_nonce IS DISTINCT FROM %(nonce)s
+       AND lease_token = %(token)s AND lease_expires >= {now}
+       AND step_nonce IS DISTINCT FROM %(nonce)s
     RETURNING last_sequence
 ), added AS (
     INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload,
@@ -145,7 +149,8 @@ WITH moved AS (
 ), held AS (
     SELECT last_sequence, step_nonce FROM tenure_runs
      WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-       AND lease_token = %(token)s AND NOT EXISTS (SELECT FROM moved)
+       AND lease_token = %(token)s AND lease_expires >= {now}
+       AND NOT EXISTS (SELECT FROM moved)
        FOR NO KEY UPDATE
 )
 SELECT last_sequence FROM moved
@@ -183,7 +188,7 @@ UPDATE tenure_runs
    SET pending_effect = %(effect)s, fence_call = %(call)s, fence_probe = %(probe)s,
        lease_expires = {now} + make_interval(secs => %(lease)s), updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-   AND lease_token = %(token)s
+   AND lease_token = %(token)s AND lease_expires >= {now}
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: clear_fence
@@ -192,7 +197,7 @@ UPDATE tenure_runs
        lease_expires = {now} + make_interval(secs => %(lease)s),
        last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-   AND lease_token = %(token)s
+   AND lease_token = %(token)s AND lease_expires >= {now}
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: requeue
@@ -205,7 +210,7 @@ UPDATE tenure_runs
        error_class = %(error_class)s,
        error = %(error)s, last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-   AND lease_token = %(token)s
+   AND lease_token = %(token)s AND lease_expires >= {now}
 RETURNING last_sequence, attempt, lease_token,
           CASE WHEN %(delay)s <= 0 THEN pg_notify('tenure_runs', queue) END;
 
@@ -229,7 +234,8 @@ UPDATE tenure_runs
        error = CASE WHEN %(unserved)s THEN %(error)s ELSE error END,
        last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-   AND lease_token = %(token)s AND pending_effect = ''
+   AND lease_token = %(token)s AND lease_expires >= {now}
+   AND pending_effect = ''
 RETURNING last_sequence, attempt, lease_token,
           CASE WHEN NOT %(unserved)s THEN pg_notify('tenure_runs', queue) END;
 
@@ -243,7 +249,8 @@ UPDATE tenure_runs
        pending_effect = '', fence_call = NULL, fence_probe = false,
        last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-   AND lease_token = %(token)s AND pending_effect <> 'non_idempotent_write'
+   AND lease_token = %(token)s AND lease_expires >= {now}
+   AND pending_effect <> 'non_idempotent_write'
 RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
 -- name: settle_batch
@@ -273,7 +280,7 @@ UPDATE tenure_runs r
            n integer,
            input_tokens bigint, output_tokens bigint, cost double precision)
  WHERE r.id = b.id AND r.status = 'running' AND r.claimed_by = b.owner
-   AND r.lease_token = b.token
+   AND r.lease_token = b.token AND r.lease_expires >= {now}
    AND (b.fence = '' OR r.pending_effect = b.fence)
 RETURNING r.id, r.lease_token, r.last_sequence;
 
@@ -400,7 +407,7 @@ UPDATE tenure_runs
        output_tokens = output_tokens + %(output_tokens)s, cost = cost + %(cost)s,
        last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-   AND lease_token = %(token)s
+   AND lease_token = %(token)s AND lease_expires >= {now}
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: decide_queued
@@ -473,7 +480,8 @@ UPDATE tenure_runs
        lease_expires = NULL, error_class = %(error_class)s, error = %(error)s,
        last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-   AND lease_token = %(token)s AND pending_effect = 'non_idempotent_write' AND fence_probe
+   AND lease_token = %(token)s AND lease_expires >= {now}
+   AND pending_effect = 'non_idempotent_write' AND fence_probe
 RETURNING last_sequence, attempt, lease_token,
           CASE WHEN %(delay)s <= 0 THEN pg_notify('tenure_runs', queue) END;
 
@@ -605,7 +613,8 @@ SELECT pg_notify(d.channel, d.sequence::text || E'\t' || d.chunk::text || E'\t' 
          ORDER BY n) AS d
   JOIN tenure_runs r
     ON r.id = d.id AND r.status = 'running' AND r.claimed_by = d.owner
-   AND r.lease_token = d.token AND r.last_sequence + 1 = d.sequence;
+   AND r.lease_token = d.token AND r.lease_expires >= {now}
+   AND r.last_sequence + 1 = d.sequence;
 
 -- name: listen_deltas
 -- A reader of one run's deltas (`{channel}` is filled in as a quoted identifier).
@@ -763,5 +772,6 @@ UPDATE tenure_runs
        claimed_by = '', lease_expires = NULL, pending_effect = '', fence_call = NULL,
        fence_probe = false, last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
-   AND lease_token = %(token)s AND pending_effect <> 'non_idempotent_write'
+   AND lease_token = %(token)s AND lease_expires >= {now}
+   AND pending_effect <> 'non_idempotent_write'
 RETURNING last_sequence, attempt, lease_token;

@@ -1,7 +1,10 @@
 -- Named queries of the SQLite store. `{now}` is SQLite's own clock in epoch seconds and
 -- `{run_columns}` the columns a Run is built from; the loader fills both in.
 -- Every statement that changes a run names its guard in its WHERE clause and RETURNs what
--- it changed, so the caller learns whether it won.
+-- it changed, so the caller learns whether it won. An owner's write is guarded by its lease:
+-- owner, token, and a lease not yet expired by this clock (`lease_expires >= {now}`, the
+-- reaper's `lease_expires < {now}` turned round): a worker frozen past its lease writes
+-- nothing once it thaws, even before any reaper acted (SPEC §15).
 
 -- name: now
 -- The database's clock.
@@ -76,6 +79,7 @@ UPDATE tenure_runs
        output_tokens = output_tokens + :output_tokens,
        cost = cost + :cost, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND lease_expires >= {now}
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: renew_leases
@@ -97,6 +101,7 @@ UPDATE tenure_runs
    SET pending_effect = :effect, fence_call = :call, fence_probe = :probe,
        lease_expires = {now} + :lease, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND lease_expires >= {now}
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: clear_fence
@@ -104,6 +109,7 @@ UPDATE tenure_runs
    SET pending_effect = '', fence_call = NULL, fence_probe = 0, lease_expires = {now} + :lease,
        last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND lease_expires >= {now}
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: requeue
@@ -115,6 +121,7 @@ UPDATE tenure_runs
        error = :error,
        last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND lease_expires >= {now}
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: hand_back
@@ -136,6 +143,7 @@ UPDATE tenure_runs
        error = CASE WHEN :unserved THEN :error ELSE error END,
        last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND lease_expires >= {now}
    AND pending_effect = ''
 RETURNING last_sequence, attempt, lease_token;
 
@@ -149,6 +157,7 @@ UPDATE tenure_runs
        pending_effect = '', fence_call = NULL, fence_probe = 0,
        last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND lease_expires >= {now}
    AND pending_effect <> 'non_idempotent_write'
 RETURNING last_sequence, attempt, lease_token;
 
@@ -182,7 +191,7 @@ UPDATE tenure_runs INDEXED BY sqlite_autoindex_tenure_runs_1
   FROM json_each(:batch) AS b
  WHERE tenure_runs.id = json_extract(b.value, '$.id') AND status = 'running'
    AND claimed_by = json_extract(b.value, '$.owner')
-   AND lease_token = json_extract(b.value, '$.token')
+   AND lease_token = json_extract(b.value, '$.token') AND lease_expires >= {now}
    AND (json_extract(b.value, '$.fence') = ''
         OR pending_effect = json_extract(b.value, '$.fence'))
 RETURNING id, lease_token, last_sequence;
@@ -304,7 +313,7 @@ UPDATE tenure_runs
        output_tokens = output_tokens + :output_tokens, cost = cost + :cost,
        last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner
-   AND lease_token = :token
+   AND lease_token = :token AND lease_expires >= {now}
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: decide_queued
@@ -381,6 +390,7 @@ UPDATE tenure_runs
        error_class = :error_class, error = :error,
        last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND lease_expires >= {now}
    AND pending_effect = 'non_idempotent_write' AND fence_probe
 RETURNING last_sequence, attempt, lease_token;
 
@@ -453,7 +463,7 @@ DELETE FROM tenure_workers
 INSERT INTO tenure_deltas (run_id, sequence, chunk, text)
 SELECT id, :sequence, :chunk, :text FROM tenure_runs
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
-   AND last_sequence + 1 = :sequence;
+   AND lease_expires >= {now} AND last_sequence + 1 = :sequence;
 
 -- name: deltas_after
 -- The deltas of a run published after delta `after` (a row id), in the order published.
@@ -594,5 +604,6 @@ UPDATE tenure_runs
        lease_expires = NULL, pending_effect = '', fence_call = NULL, fence_probe = 0,
        last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND lease_expires >= {now}
    AND pending_effect <> 'non_idempotent_write'
 RETURNING last_sequence, attempt, lease_token;
