@@ -197,13 +197,16 @@ class Completer:
         """Runs the database says we hold but no slot knows of (claimed by a commit whose
         outcome we never learnt) go back to the queue untouched, instead of waiting for
         their lease to expire and being charged a requeue. Called with `_committing` held,
-        so no claim of ours is in flight; every hand-back is guarded by its lease."""
+        so no claim of ours is in flight; every hand-back is guarded by its lease. A run
+        claimed in doubt goes back with its fence, for a worker that can ask its probe."""
         try:
             held = self.store.held_by(self.owner)
             with self._lock:
-                orphans = [lease for lease in held if lease.run_id not in self._held]
-            for lease in orphans:
-                if self.store.hand_back(lease, "its claim's commit was lost"):
+                orphans = [h for h in held if h.lease.run_id not in self._held]
+            for orphan in orphans:
+                lease = orphan.lease
+                why = "its claim's commit was lost"
+                if self.store.hand_back(lease, why, fence_call=orphan.fence_call):
                     log.warning("run %s: claimed by a lost commit; handed back", lease.run_id)
         except Exception as exc:  # still out of reach: the next cycle looks again
             log.warning("%s: cannot check its claims yet (%s)", self.owner, describe(exc))

@@ -221,11 +221,13 @@ class Segment(ToolSteps, Endings):
     def _hand_back_unserved(self, missing: list[str]) -> RunResult:
         """Never execute a run without its tools or model (a made-up answer would complete
         it): give it back untouched, for a worker that has them. Queues route runs to the
-        workers that can serve them; this is the net under a misrouted run."""
+        workers that can serve them; this is the net under a misrouted run. A run that came
+        in doubt goes back in doubt, its fence and call as they came, so that a worker with
+        the write's tool asks its probe (never charged: this worker asked nothing)."""
         why = f"{self.lease.owner} cannot serve this run; it lacks"
         log.warning("run %s handed back: %s %s", self.run_id, why, ", ".join(missing))
         self._last_write()
-        if not self.store.hand_back(self.lease, why, missing):
+        if not self.store.hand_back(self.lease, why, missing, self.fence_call):
             self._lost()
         error = ProviderError(FailureClass.CONFIGURATION, f"{why} {', '.join(missing)}")
         return self._result(Outcome.REQUEUED, error=error)

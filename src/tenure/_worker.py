@@ -282,9 +282,10 @@ class Worker:
         return None
 
     def _release_unstarted(self, item: Claimed, why: str) -> None:
-        """A buffered run that never started goes back untouched (its attempt not counted)."""
+        """A buffered run that never started goes back untouched (its attempt not counted),
+        with the in-doubt fence it was claimed with, if any."""
         try:
-            if self.engine.store.hand_back(item.lease, why):
+            if self.engine.store.hand_back(item.lease, why, fence_call=item.fence_call):
                 self.stats.released += 1
         except StoreError as exc:  # the lease will expire and the reaper requeues it
             log.warning("run %s: hand-back failed (%s)", item.lease.run_id, describe(exc))

@@ -13,9 +13,12 @@ import pytest
 
 import tenure
 from tenure import EventKind, FailureClass, Outcome, Probe, RunRequest, RunStatus, ToolEffect
+from tenure._errors import DatabaseUnavailable
+from tenure._ladder import Engine
 from tenure._reaper import Reaper
+from tenure._worker import Worker
 from tenure.audit import audit
-from tenure.store import open_store
+from tenure.store import Claimed, open_store
 
 MakeRuntime = Callable[..., tenure.Runtime]
 WRITE = ToolEffect.NON_IDEMPOTENT_WRITE
@@ -356,3 +359,143 @@ def test_a_probe_past_its_timeout_dead_letters_even_when_the_wait_wakes_late(
     found = probe_event(rt, run_id)
     assert found["verdict"] == "unknown" and "did not answer within 2s" in found["reason"]
     assert len(ledger.rows) == 1
+
+
+# -- a run back in doubt that a worker claims but does not start (issue #30) ---------------
+
+
+def worker_on(rt: tenure.Runtime, store: Any, **kwargs: Any) -> Worker:
+    """A worker of `rt`'s app on `store` (the real store, wrapped to force a moment)."""
+    engine = rt.engine
+    return Worker(Engine(store, engine.tools, engine.models, engine.settings), **kwargs)
+
+
+def run_worker_until(worker: Worker, done: Callable[[], bool], timeout: float = 20.0) -> None:
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "the run did not get where it should in time"
+        time.sleep(0.02)
+    worker.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def requeue_causes(rt: tenure.Runtime, run_id: str) -> list[str]:
+    return [e.payload["cause"] for e in rt.events(run_id) if e.kind is EventKind.REQUEUED]
+
+
+def still_in_doubt(rt: tenure.Runtime, run_id: str) -> None:
+    """Back in the queue as it came: fence and probe standing, charged only once (for the
+    in-doubt requeue), the attempt of the claim given back."""
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED and run.claimed_by == ""
+    assert run.pending_effect is WRITE and run.fence_probe
+    assert run.requeue_count == 1 and run.attempt == 0
+
+
+def probe_resolves_it(rt: tenure.Runtime, ledger: Ledger, run_id: str) -> None:
+    """The run completed through its probe, asked about the interrupted call (its key is the
+    one the write used): the write happened once."""
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.COMPLETED and run.requeue_count == 1
+    probe = probe_event(rt, run_id)
+    assert probe["verdict"] == "done" and probe["idempotency_key"] == ledger.rows[0]
+    assert len(ledger.rows) == 1
+    report = audit(rt.store)
+    assert report.ok, report.summary()
+
+
+def test_a_worker_without_the_write_tool_hands_an_in_doubt_run_back_for_its_probe(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tenure.store._owner.UNSERVED_BASE_SECONDS", 0.0)
+    rt, ledger, run_id = payment_app(make_runtime, fail_after_paying=True)
+    in_doubt(rt, run_id)
+    plain = make_runtime()  # the model, but not the `pay` tool nor its probe
+    for _ in range(3):  # every time, never charged: the budget (3) would be spent otherwise
+        handed = plain.run_queued(run_id)
+        assert handed is not None and handed.outcome is Outcome.REQUEUED
+        still_in_doubt(rt, run_id)
+    assert requeue_causes(rt, run_id) == ["in_doubt", "unserved", "unserved", "unserved"]
+    assert not [e for e in rt.events(run_id) if e.kind is EventKind.PROBE]
+    served = rt.run_queued(run_id)
+    assert served is not None and served.outcome is Outcome.COMPLETED
+    probe_resolves_it(rt, ledger, run_id)
+
+
+class StopOnClaim:
+    """The real store; the worker is told to stop as soon as a commit claimed `run_id`, so
+    that the run waits in its buffer when the drain begins."""
+
+    def __init__(self, store: Any, run_id: str) -> None:
+        self._store, self.run_id = store, run_id
+        self.worker: Worker | None = None
+        self.stopped = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def settle_and_claim(self, *args: Any) -> tuple[list[list[int] | None], list[Claimed]]:
+        settled, claimed = self._store.settle_and_claim(*args)
+        if any(c.lease.run_id == self.run_id for c in claimed):
+            assert self.worker is not None
+            self.worker.stop()
+            self.stopped = True
+        return settled, claimed
+
+
+def test_a_drain_hands_a_buffered_in_doubt_run_back_with_its_fence(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt, ledger, run_id = payment_app(make_runtime, fail_after_paying=True)
+    in_doubt(rt, run_id)
+    store = StopOnClaim(rt.store, run_id)
+    worker = worker_on(rt, store, concurrency=1, poll_interval=0.02)
+    store.worker = worker
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive() and store.stopped
+    assert worker.stats.released == 1
+    still_in_doubt(rt, run_id)
+    handed = [e.payload for e in rt.events(run_id) if e.kind is EventKind.REQUEUED][-1]
+    assert handed["cause"] == "unstarted" and handed["why"] == "the worker is stopping"
+    served = rt.run_queued(run_id)
+    assert served is not None and served.outcome is Outcome.COMPLETED
+    probe_resolves_it(rt, ledger, run_id)
+
+
+class LostCommit:
+    """The real store, whose `settle_and_claim` commits and then, the first time it claimed
+    something, reports the connection lost: the outcome the worker cannot learn."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.lost: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def settle_and_claim(self, *args: Any) -> tuple[list[list[int] | None], list[Claimed]]:
+        settled, claimed = self._store.settle_and_claim(*args)
+        if claimed and not self.lost:
+            self.lost.extend(c.lease.run_id for c in claimed)
+            raise DatabaseUnavailable("connection lost during COMMIT; its outcome is unknown")
+        return settled, claimed
+
+
+def test_an_in_doubt_run_claimed_by_a_lost_commit_is_handed_back_for_its_probe(
+    make_runtime: MakeRuntime,
+) -> None:
+    """No slot runs an orphaned claim: it goes back with its fence, then the worker claims it
+    again and asks the probe (the lease is long: the reaper would not come in this test)."""
+    rt, ledger, run_id = payment_app(make_runtime, fail_after_paying=True, lease_seconds=60)
+    in_doubt(rt, run_id)
+    store = LostCommit(rt.store)
+    worker = worker_on(rt, store, concurrency=1, poll_interval=0.02)
+    run_worker_until(worker, lambda: rt.status(run_id).status is RunStatus.COMPLETED)  # type: ignore[union-attr]
+    assert store.lost == [run_id]
+    assert requeue_causes(rt, run_id) == ["in_doubt", "unstarted"]
+    probe_resolves_it(rt, ledger, run_id)

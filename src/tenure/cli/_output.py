@@ -177,6 +177,7 @@ def _tool(p: dict[str, Any]) -> str:
 
 def _requeued(p: dict[str, Any]) -> str:
     cause = p.get("cause")
+    doubt = "; still in doubt, for its write's probe" if p.get("in_doubt") else ""
     if cause == "failure":
         return f"after a failure: {p.get('error')}; retry in {p.get('delay')}s"
     if cause == "stale":
@@ -184,9 +185,10 @@ def _requeued(p: dict[str, Any]) -> str:
     if cause == "drain":
         return f"handed back by {p.get('worker')} on drain"
     if cause == "unstarted":
-        return f"handed back unstarted by {p.get('worker')}: {p.get('why')}"
+        return f"handed back unstarted by {p.get('worker')}: {p.get('why')}{doubt}"
     if cause == "unserved":
-        return f"handed back: {p.get('why')} {', '.join(map(str, p.get('missing') or []))}"
+        missing = ", ".join(map(str, p.get("missing") or []))
+        return f"handed back: {p.get('why')} {missing}{doubt}"
     return _compact(p)
 
 

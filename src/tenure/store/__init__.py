@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from tenure._errors import InvalidRequest
-from tenure.store._base import Claimed, Lease, NewEvent, NewRun, Settlement, StaleRun, Store
+from tenure.store._base import (
+    Claimed,
+    Held,
+    Lease,
+    NewEvent,
+    NewRun,
+    Settlement,
+    StaleRun,
+    Store,
+)
 
 __all__ = [
     "Claimed",
+    "Held",
     "Lease",
     "NewEvent",
     "NewRun",

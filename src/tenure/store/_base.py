@@ -25,6 +25,7 @@ from tenure.store._records import (
     NO_USAGE,
     Claimed,
     Grant,
+    Held,
     Lease,
     ModelState,
     NewEvent,
@@ -42,6 +43,7 @@ __all__ = [
     "NO_USAGE",
     "Claimed",
     "Grant",
+    "Held",
     "Lease",
     "ModelState",
     "NewEvent",
@@ -125,10 +127,21 @@ class Store(Protocol):
         self, lease: Lease, delay: float, error_class: FailureClass, error: str
     ) -> bool: ...
 
-    def hand_back(self, lease: Lease, why: str, missing: Sequence[str] = ()) -> bool:
+    def hand_back(
+        self,
+        lease: Lease,
+        why: str,
+        missing: Sequence[str] = (),
+        fence_call: str | None = None,
+    ) -> bool:
         """Give back a claimed run whose segment never started, untouched: no attempt
         counted, no budget charged. With `missing` (what this worker lacks to serve it) the
-        run waits before it is claimable again, longer each time, and says why."""
+        run waits before it is claimable again, longer each time, and says why.
+
+        `fence_call` is the call of the in-doubt fence the claim brought (`Claimed.fence_call`,
+        `Held.fence_call`; None: it brought none). The run goes back with that fence and its
+        call, still in doubt (SPEC §16), and only while that is the fence standing: a fence a
+        write stamped since is never taken, cleared or changed."""
 
     def release(self, lease: Lease) -> bool:
         """Hand a run back to the queue without charging its requeue budget (drain)."""
@@ -186,8 +199,8 @@ class Store(Protocol):
     def waiting_of(self, run_id: str) -> tuple[RunStatus, dict[str, Any] | None] | None:
         """The status and the full (unmasked) waiting record of a run."""
 
-    def held_by(self, owner: str) -> list[Lease]:
-        """The leases `owner` holds now, as the database has them."""
+    def held_by(self, owner: str) -> list[Held]:
+        """The runs `owner` holds now, as the database has them."""
 
     def stale_runs(self, limit: int) -> list[StaleRun]: ...
 

@@ -14,7 +14,7 @@ from tenure._types import (
     TerminationReason,
     ToolEffect,
 )
-from tenure.store._base import Claimed, Lease, NewEvent, StaleRun
+from tenure.store._base import Claimed, Held, Lease, NewEvent, StaleRun
 from tenure.store._sqlbase import Cursor, SQLBase, lifecycle
 
 
@@ -70,9 +70,9 @@ class Maintenance(SQLBase):
 
         return self._write(tx)
 
-    def held_by(self, owner: str) -> list[Lease]:
+    def held_by(self, owner: str) -> list[Held]:
         rows = self._read(self._q["held_by"], {"owner": owner})
-        return [Lease(row[0], row[1], int(row[2]), int(row[3])) for row in rows]
+        return [Held(Lease(row[0], row[1], int(row[2]), int(row[3])), row[4]) for row in rows]
 
     def stale_runs(self, limit: int) -> list[StaleRun]:
         return [

@@ -211,7 +211,13 @@ class OwnerTransitions(SQLBase):
         )
         return self._guarded(query, params, lease.run_id, [event], lease) is not None
 
-    def hand_back(self, lease: Lease, why: str, missing: Sequence[str] = ()) -> bool:
+    def hand_back(
+        self,
+        lease: Lease,
+        why: str,
+        missing: Sequence[str] = (),
+        fence_call: str | None = None,
+    ) -> bool:
         unserved = bool(missing)
         error = f"{why}: {', '.join(missing)}" if unserved else ""
         params = {
@@ -220,11 +226,14 @@ class OwnerTransitions(SQLBase):
             "unserved_base": UNSERVED_BASE_SECONDS,
             "unserved_cap": UNSERVED_CAP_SECONDS,
             "error": error,
+            "fence_call": fence_call,
         }
         cause = "unserved" if unserved else "unstarted"
         payload: dict[str, Any] = {"cause": cause, "worker": lease.owner, "why": why}
         if unserved:
             payload["missing"] = list(missing)
+        if fence_call is not None:
+            payload["in_doubt"] = True  # its fence goes back with it, for a probe to resolve
         event = lifecycle(EventKind.REQUEUED, **payload)
         return self._guarded("hand_back", params, lease.run_id, [event], lease) is not None
 

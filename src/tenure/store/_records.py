@@ -86,6 +86,15 @@ class Settlement:
 
 
 @dataclass(frozen=True)
+class Held:
+    """A run an owner holds, as the database has it: its lease, and the call of the in-doubt
+    fence it was claimed with (None: none), which a hand-back must carry back with it."""
+
+    lease: Lease
+    fence_call: str | None = None
+
+
+@dataclass(frozen=True)
 class StaleRun:
     """A run the reaper read as stale: what its decision is made on, and guarded by."""
 

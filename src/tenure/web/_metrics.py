@@ -411,8 +411,14 @@ class ObservedStore:
             self._missed(lease)
         return won
 
-    def hand_back(self, lease: Lease, why: str, missing: Sequence[str] = ()) -> bool:
-        won = self.inner.hand_back(lease, why, missing)
+    def hand_back(
+        self,
+        lease: Lease,
+        why: str,
+        missing: Sequence[str] = (),
+        fence_call: str | None = None,
+    ) -> bool:
+        won = self.inner.hand_back(lease, why, missing, fence_call)
         if won:
             self.metrics.requeues.labels("unserved" if missing else "unstarted").inc()
             self._ended(lease, "released")

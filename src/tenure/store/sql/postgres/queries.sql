@@ -220,6 +220,10 @@ RETURNING last_sequence, attempt, lease_token,
 -- `available_at` keeps its place at the head of the queue, unless the run is handed back
 -- because this worker cannot serve it: then it waits %(unserved_base)s * 2^n seconds (at
 -- most %(unserved_cap)s), n being how often that happened before.
+-- The fence is never touched: the run goes back with the fence it came with, and only while
+-- that fence is the one standing. %(fence_call)s is the call of the in-doubt fence the claim
+-- brought (SPEC §16), NULL when it brought none; a fence a write stamped since the claim (or
+-- one cleared since) makes the hand-back match nothing, for its caller decided without it.
 UPDATE tenure_runs
    SET status = 'queued', claimed_by = '', lease_expires = NULL,
        attempt = CASE WHEN attempt = 0 THEN 0 ELSE attempt - 1 END,
@@ -235,7 +239,8 @@ UPDATE tenure_runs
        last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s AND lease_expires >= {now}
-   AND pending_effect = ''
+   AND CASE WHEN %(fence_call)s::text IS NULL THEN pending_effect = ''
+            ELSE pending_effect <> '' AND fence_probe AND fence_call = %(fence_call)s::text END
 RETURNING last_sequence, attempt, lease_token,
           CASE WHEN NOT %(unserved)s THEN pg_notify('tenure_runs', queue) END;
 
@@ -296,8 +301,9 @@ RETURNING last_sequence, attempt, lease_token;
 
 -- name: held_by
 -- The runs an owner holds now (a worker checks its claims after a commit whose outcome it
--- could not learn).
-SELECT id, claimed_by, lease_token, attempt FROM tenure_runs
+-- could not learn), each with the call of the in-doubt fence it was claimed with (no write
+-- of a claim that no slot runs can have stamped one since), which goes back with it.
+SELECT id, claimed_by, lease_token, attempt, fence_call FROM tenure_runs
  WHERE status = 'running' AND claimed_by = %(owner)s;
 
 -- name: stale_runs

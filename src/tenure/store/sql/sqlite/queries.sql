@@ -130,6 +130,10 @@ RETURNING last_sequence, attempt, lease_token;
 -- `available_at` keeps its place at the head of the queue, unless the run is handed back
 -- because this worker cannot serve it: then it waits :unserved_base * 2^n seconds (at most
 -- :unserved_cap), n being how often that happened before.
+-- The fence is never touched: the run goes back with the fence it came with, and only while
+-- that fence is the one standing. :fence_call is the call of the in-doubt fence the claim
+-- brought (SPEC §16), NULL when it brought none; a fence a write stamped since the claim (or
+-- one cleared since) makes the hand-back match nothing, for its caller decided without it.
 UPDATE tenure_runs
    SET status = 'queued', claimed_by = '', lease_expires = NULL,
        attempt = CASE WHEN attempt = 0 THEN 0 ELSE attempt - 1 END,
@@ -144,7 +148,8 @@ UPDATE tenure_runs
        last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
    AND lease_expires >= {now}
-   AND pending_effect = ''
+   AND CASE WHEN :fence_call IS NULL THEN pending_effect = ''
+            ELSE pending_effect <> '' AND fence_probe AND fence_call = :fence_call END
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: release
@@ -208,9 +213,10 @@ RETURNING last_sequence, attempt, lease_token;
 
 -- name: held_by
 -- The runs an owner holds now (a worker checks its claims after a commit whose outcome it
--- could not learn).
+-- could not learn), each with the call of the in-doubt fence it was claimed with (no write
+-- of a claim that no slot runs can have stamped one since), which goes back with it.
 -- (`status <> 'queued'` lets the planner use tenure_runs_listing_dequeued.)
-SELECT id, claimed_by, lease_token, attempt FROM tenure_runs
+SELECT id, claimed_by, lease_token, attempt, fence_call FROM tenure_runs
  WHERE status = 'running' AND status <> 'queued' AND claimed_by = :owner;
 
 -- name: stale_runs
