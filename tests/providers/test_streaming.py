@@ -17,7 +17,10 @@ from tenure import EventKind, FailureClass, Outcome, ProviderError, RunRequest, 
 from tenure.providers import ModelCall, ToolSpec
 from tenure.providers._stream import StreamAssembly
 from tenure.providers.openai import MalformedResponse, OpenAICompatible, parse_completion
+from tests.fakes._app import Latency
 from tests.fakes.openai_service import FakeOpenAI, tool_once_policy
+
+from ._stalls import LEASE_SECONDS, STALL_SECONDS, cancel_while_stalled, established_to, wait_for
 
 MODEL = "fake-model"
 LOOKUP = ToolSpec(
@@ -284,3 +287,37 @@ def test_an_aborted_streaming_call_stops_between_chunks_and_closes_the_stream(
         provider.complete(aborted)
     assert len(deltas) == 3  # nothing after the abort
     assert provider.complete(call()).text  # the provider works on
+
+
+# -- a stalled stream, cancelled (SPEC §15) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "stall",
+    [
+        pytest.param({"chunk_interval": STALL_SECONDS}, id="mid-stream"),
+        pytest.param({"latency": Latency.fixed(STALL_SECONDS)}, id="before-the-answer"),
+    ],
+)
+def test_cancel_reaches_a_streaming_call_that_stalls(
+    make_runtime: Callable[..., tenure.Runtime],
+    make_fake: MakeFake,
+    make_provider: MakeProvider,
+    stall: dict[str, Any],
+) -> None:
+    """The server stops sending for 30 s (after the first chunk, or before the answer):
+    the keeper's round finds the run cancelled, the stream is closed and the slot is free
+    again within a keeper round (lease / 3), not when the next chunk or the HTTP timeout
+    comes."""
+    fake = make_fake(**stall)
+    rt = make_runtime(lease_seconds=LEASE_SECONDS)
+    rt.add_model("gpt", make_provider(fake.url, model=MODEL, stream=True, timeout=60.0))
+
+    took, rt, run_id = cancel_while_stalled(
+        rt, "gpt", lambda: fake.stats().requests == 1 and established_to(fake.port) == 1
+    )
+
+    assert took < STALL_SECONDS / 3, took
+    wait_for(lambda: established_to(fake.port) == 0, timeout=5.0)  # the stream was closed
+    assert fake.stats().answered == 0
+    assert EventKind.LLM not in [e.kind for e in rt.events(run_id)]
