@@ -294,11 +294,9 @@ def test_after_the_loop_thread_stops_an_openai_call_is_made_on_a_new_one(
         runtime.add_model("fake", provider, timeout=10)
         assert runtime.run(RunRequest(prompt="p", model="fake")).outcome is Outcome.COMPLETED
         kill_loop()
-        began = time.monotonic()
         result = runtime.run(RunRequest(prompt="p", model="fake"))
-        assert time.monotonic() - began < 10  # not left to the model's timeout
         assert result.outcome is Outcome.COMPLETED, result.error
-        assert fake.stats().answered == 2
+        assert (fake.stats().requests, fake.stats().answered) == (2, 2)  # no retry after a hang
 
 
 def test_an_async_write_cut_off_by_the_loop_stopping_is_in_doubt(runtime: tenure.Runtime) -> None:
