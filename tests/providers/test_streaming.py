@@ -48,8 +48,20 @@ def make_fake() -> Iterator[MakeFake]:
         fake.stop()
 
 
+Abort = threading.Event | None
+
+
+@pytest.fixture(params=["blocking", "on-the-loop"])
+def abort(request: pytest.FixtureRequest) -> Abort:
+    """A call without an abort signal is read on the calling thread; with one, as the engine
+    makes every call, it is read on the event loop, where the abort can close it."""
+    return threading.Event() if request.param == "on-the-loop" else None
+
+
 def call(
-    tools: list[ToolSpec] | None = None, on_delta: Callable[[str], None] | None = None
+    tools: list[ToolSpec] | None = None,
+    on_delta: Callable[[str], None] | None = None,
+    abort: Abort = None,
 ) -> ModelCall:
     return ModelCall(
         messages=[{"role": "user", "content": "Where does c-42 live?"}],
@@ -58,6 +70,7 @@ def call(
         attempt=0,
         request=RunRequest(prompt="Where does c-42 live?", model="m"),
         on_delta=on_delta,
+        abort=abort,
     )
 
 
@@ -67,13 +80,13 @@ def both(make_provider: MakeProvider, fake: FakeOpenAI, **kwargs: Any) -> list[O
 
 
 def test_the_streamed_answer_equals_the_answer_not_streamed(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake(chunk_interval=0.001)
     whole, streamed = both(make_provider, fake)
 
-    expected = whole.complete(call())
-    got = streamed.complete(call())
+    expected = whole.complete(call(abort=abort))
+    got = streamed.complete(call(abort=abort))
 
     assert got == expected
     assert got.text and len(got.text) > 100
@@ -86,14 +99,14 @@ def test_the_streamed_answer_equals_the_answer_not_streamed(
 
 
 def test_tool_calls_are_assembled_from_their_deltas(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake(policy=tool_once_policy(ARGS))
     whole, streamed = both(make_provider, fake)
     assert len(json.dumps(ARGS)) > 3 * 8  # the fake sends the arguments in 8-character pieces
 
-    expected = whole.complete(call([LOOKUP]))
-    got = streamed.complete(call([LOOKUP]))
+    expected = whole.complete(call([LOOKUP], abort=abort))
+    got = streamed.complete(call([LOOKUP], abort=abort))
 
     assert got == expected
     (tool_call,) = got.tool_calls
@@ -103,12 +116,12 @@ def test_tool_calls_are_assembled_from_their_deltas(
 
 
 def test_usage_is_recorded_from_the_last_chunk(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake()
     provider = make_provider(fake.url, model=MODEL, stream=True, prices={MODEL: (2.0, 8.0)})
 
-    reply = provider.complete(call())
+    reply = provider.complete(call(abort=abort))
 
     stats = fake.stats()
     assert stats.prompt_tokens == 6  # "Where does c-42 live?": 21 characters
@@ -119,13 +132,15 @@ def test_usage_is_recorded_from_the_last_chunk(
 
 
 def test_deltas_are_delivered_in_order_while_the_answer_streams(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake(chunk_interval=0.01)
     provider = make_provider(fake.url, model=MODEL, stream=True)
     deltas: list[tuple[float, str]] = []
 
-    reply = provider.complete(call(on_delta=lambda text: deltas.append((time.monotonic(), text))))
+    reply = provider.complete(
+        call(on_delta=lambda text: deltas.append((time.monotonic(), text)), abort=abort)
+    )
     returned = time.monotonic()
 
     assert "".join(text for _, text in deltas) == reply.text
@@ -136,7 +151,7 @@ def test_deltas_are_delivered_in_order_while_the_answer_streams(
 
 
 def test_a_stream_dropped_midway_fails_as_connection(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake()
     provider = make_provider(fake.url, model=MODEL, stream=True)
@@ -144,23 +159,23 @@ def test_a_stream_dropped_midway_fails_as_connection(
     deltas: list[str] = []
 
     with pytest.raises(ProviderError) as caught:
-        provider.complete(call(on_delta=deltas.append))
+        provider.complete(call(on_delta=deltas.append, abort=abort))
 
     assert caught.value.failure_class is FailureClass.CONNECTION
     assert len(deltas) == 3
-    assert provider.complete(call()).text  # the next call streams again, whole
+    assert provider.complete(call(abort=abort)).text  # the next call streams again, whole
 
 
 def test_a_rate_limit_before_the_stream_keeps_retry_after(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake(rpm=60)
     provider = make_provider(fake.url, model=MODEL, stream=True)
     for _ in range(6):
-        provider.complete(call())
+        provider.complete(call(abort=abort))
 
     with pytest.raises(ProviderError) as caught:
-        provider.complete(call())
+        provider.complete(call(abort=abort))
 
     assert caught.value.failure_class is FailureClass.RATE_LIMIT
     assert caught.value.retry_after is not None
@@ -168,17 +183,17 @@ def test_a_rate_limit_before_the_stream_keeps_retry_after(
 
 
 def test_a_server_error_before_the_stream_is_a_server_error(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake()
     fake.fail_next(status=502)
     with pytest.raises(ProviderError) as caught:
-        make_provider(fake.url, model=MODEL, stream=True).complete(call())
+        make_provider(fake.url, model=MODEL, stream=True).complete(call(abort=abort))
     assert caught.value.failure_class is FailureClass.SERVER_ERROR
 
 
 def test_what_on_delta_raises_is_raised_unchanged(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake()
     provider = make_provider(fake.url, model=MODEL, stream=True)
@@ -187,8 +202,8 @@ def test_what_on_delta_raises_is_raised_unchanged(
         raise KeyError(text)
 
     with pytest.raises(KeyError):
-        provider.complete(call(on_delta=refuse))
-    assert provider.complete(call()).text  # the connection was released
+        provider.complete(call(on_delta=refuse, abort=abort))
+    assert provider.complete(call(abort=abort)).text  # the connection was released
 
 
 # -- the assembly, without a server ------------------------------------------------------------

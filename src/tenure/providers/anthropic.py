@@ -366,7 +366,6 @@ class Anthropic:
                 "default_headers": dict(default_headers) if default_headers else None,
             }
             self._client = anthropic.Anthropic(**options)
-            anthropic.AsyncAnthropic(**options)  # what it would refuse is refused here
             self._async = _loop.PerLoop(lambda: anthropic.AsyncAnthropic(**options), _close_client)
         except (anthropic.AnthropicError, ValueError, TypeError) as exc:
             raise InvalidRequest(f"Anthropic: {exc}") from None

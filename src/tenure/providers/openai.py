@@ -323,7 +323,6 @@ class OpenAICompatible:
                 "default_headers": dict(default_headers) if default_headers else None,
             }
             self._client = openai.OpenAI(**options)
-            openai.AsyncOpenAI(**options)  # what it would refuse is refused here
             self._async = _loop.PerLoop(lambda: openai.AsyncOpenAI(**options), _close_client)
         except openai.OpenAIError as exc:
             raise InvalidRequest(f"OpenAICompatible: {exc}") from None
