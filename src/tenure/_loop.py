@@ -361,8 +361,10 @@ class _Call(Generic[T]):
         """The loop stopped under the call (on the loop thread, after `run_forever`)."""
         if self.ended:
             return
-        if self.task is None:
-            self.coro.close()  # never started; closed so that it is not left unawaited
+        if not self.started:
+            # Never awaited (its task, if any, is cancelled before its first step): closed
+            # so that it is not reported as never awaited.
+            self.coro.close()
         self.error = LoopDied(
             f"{self.what} was cut off: the event loop thread stopped while it ran, "
             "so what it did is unknown"

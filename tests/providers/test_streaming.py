@@ -19,6 +19,7 @@ from tenure.providers._stream import StreamAssembly
 from tenure.providers.openai import MalformedResponse, OpenAICompatible, parse_completion
 from tests.fakes._app import Latency
 from tests.fakes.openai_service import FakeOpenAI, tool_once_policy
+from tests.loopkill import kill_loop
 
 from ._stalls import LEASE_SECONDS, STALL_SECONDS, cancel_while_stalled, established_to, wait_for
 
@@ -336,3 +337,28 @@ def test_cancel_reaches_a_streaming_call_that_stalls(
     wait_for(lambda: established_to(fake.port) == 0, timeout=5.0)  # the stream was closed
     assert fake.stats().answered == 0
     assert EventKind.LLM not in [e.kind for e in rt.events(run_id)]
+
+
+def test_a_stream_whose_loop_stops_between_chunks_fails_at_once_as_a_timeout(
+    make_fake: MakeFake, make_provider: MakeProvider
+) -> None:
+    """The stream's connection belonged to the loop that stopped: the next read is not
+    tried on the new loop, it fails at once as in doubt (a retryable `timeout` that names
+    the loop); the provider's next call works, on a new loop with a new client."""
+    fake = make_fake(chunk_interval=0.01)
+    provider = make_provider(fake.url, model=MODEL, stream=True)
+    deltas: list[str] = []
+
+    def on_delta(text: str) -> None:
+        deltas.append(text)
+        if len(deltas) == 2:
+            kill_loop()
+
+    stopping = dataclasses.replace(call(on_delta=on_delta, abort=threading.Event()), timeout=60)
+    with pytest.raises(ProviderError) as caught:
+        provider.complete(stopping)
+
+    assert caught.value.failure_class is FailureClass.TIMEOUT
+    assert "event loop thread" in str(caught.value)
+    assert len(deltas) == 2
+    assert provider.complete(call(abort=threading.Event())).text

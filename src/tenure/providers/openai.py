@@ -390,10 +390,10 @@ class OpenAICompatible:
                 raise _loop.TimedOut(f"{what} did not finish within {self._timeout_of(call):g} s")
             return _loop.run(coro, timeout=left, abort=call.abort, what=what)
 
-        stream = on_loop(_open_stream(client, params))
+        stream, opened_on = on_loop(_open_stream(client, params))
         assembly = StreamAssembly()
         try:
-            while (chunk := on_loop(_next_chunk(stream))) is not None:
+            while (chunk := on_loop(_next_chunk(stream, opened_on))) is not None:
                 text = assembly.add(chunk)
                 if text and call.on_delta is not None:
                     try:
@@ -462,11 +462,12 @@ async def _close_client(client: openai.AsyncOpenAI) -> None:
 
 async def _open_stream(
     client: _loop.PerLoop[openai.AsyncOpenAI], params: dict[str, Any]
-) -> openai.AsyncStream[Any]:
+) -> tuple[openai.AsyncStream[Any], asyncio.AbstractEventLoop]:
+    """The stream, and the loop its connection belongs to."""
     stream: openai.AsyncStream[Any] = await client.get().chat.completions.create(
         **params, stream=True, stream_options={"include_usage": True}
     )
-    return stream
+    return stream, asyncio.get_running_loop()
 
 
 def _close_stream(stream: openai.AsyncStream[Any]) -> None:
@@ -475,8 +476,14 @@ def _close_stream(stream: openai.AsyncStream[Any]) -> None:
         _loop.run(stream.close(), timeout=CLOSE_SECONDS, what="closing the stream")
 
 
-async def _next_chunk(stream: openai.AsyncStream[Any]) -> dict[str, Any] | None:
+async def _next_chunk(
+    stream: openai.AsyncStream[Any], opened_on: asyncio.AbstractEventLoop
+) -> dict[str, Any] | None:
     """The next chunk as JSON; None at the end of the stream."""
+    if asyncio.get_running_loop() is not opened_on:
+        # The loop stopped between two chunks and another replaced it: the stream's
+        # connection was that loop's, and reading it from this one would never end.
+        raise _loop.LoopDied("the event loop thread the stream was read on stopped")
     try:
         chunk = await stream.__anext__()
     except StopAsyncIteration:
