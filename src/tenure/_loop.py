@@ -188,6 +188,24 @@ class _LoopThread:
         self.thread.join(timeout=CLEANUP_SECONDS + 1)
 
 
+_closing: set[asyncio.Task[None]] = set()  # closes under way (the loop keeps tasks weakly)
+
+
+def _close_soon(
+    loop: asyncio.AbstractEventLoop, value: Any, close: Callable[[Any], Coroutine[Any, Any, None]]
+) -> None:
+    """Close `value` on `loop` if it still runs (from whatever thread dropped its owner)."""
+
+    def start() -> None:
+        task = loop.create_task(close(value))
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
+
+    if not loop.is_closed():
+        with contextlib.suppress(RuntimeError):  # it closed meanwhile: nothing to close on
+            loop.call_soon_threadsafe(start)
+
+
 async def _close_all(things: list[PerLoop[Any]], loop: asyncio.AbstractEventLoop) -> None:
     closing = [asyncio.ensure_future(thing.close_on(loop)) for thing in things]
     if closing:
@@ -447,12 +465,19 @@ class PerLoop(Generic[R]):
         self._close = close
         self._loop: asyncio.AbstractEventLoop | None = None
         self._value: R | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     def get(self) -> R:
         """The running loop's own, made if it has none yet."""
         loop = asyncio.get_running_loop()
         if self._value is None or self._loop is not loop:
-            self._value, self._loop = self._make(), loop
+            self._forget()
+            value = self._value = self._make()
+            self._loop = loop
+            # Dropped unclosed (a provider nobody closes), it is closed on its loop rather
+            # than left to the garbage collector with its connections open.
+            self._finalizer = weakref.finalize(self, _close_soon, loop, value, self._close)
+            self._finalizer.atexit = False  # the loop's own stop closes what is left
             owner = _current
             if owner is not None and owner.loop is loop:
                 owner.per_loop.add(self)
@@ -462,8 +487,13 @@ class PerLoop(Generic[R]):
         """Close the one made on `loop` (the running loop), if any."""
         value = self._value if self._loop is loop else None
         if value is not None:
-            self._value = self._loop = None
+            self._forget()
             await self._close(value)
+
+    def _forget(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._value = self._loop = self._finalizer = None
 
     @property
     def made(self) -> bool:
