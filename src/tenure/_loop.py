@@ -254,7 +254,9 @@ def unavailable() -> str | None:
 
 
 def submit(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-    """Run a coroutine on the process's loop thread, started on first use."""
+    """Run a coroutine on the process's loop thread, started on first use. Its future is not
+    failed if the loop stops: a caller that waits for it waits with a timeout (`run` is
+    what steps use: it fails at once)."""
     return _loop_thread().submit(coro)
 
 
