@@ -260,6 +260,7 @@ class Segment(ToolSteps, Endings):
                 attempt=self.lease.attempt,
                 request=request,
                 abort=self._abort,
+                timeout=self.engine.model_timeout(request.model),
             )
             reply = self._ask(provider, call)
             llm = NewEvent(EventKind.LLM, _llm_payload(reply))

@@ -34,6 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
+from tenure import _loop
 from tenure._classify import describe
 from tenure._completer import MAX_END_DELAY, Completer, claim_room
 from tenure._endings import Ending
@@ -134,6 +135,7 @@ class Worker:
             stopping=self._stopping.is_set,
         )
         self._gone: DatabaseGone | None = None  # raised by `run` once it stopped
+        self._loop_failed = False  # no event loop thread could be started: stopped claiming
 
     # -- control -------------------------------------------------------------------------
 
@@ -207,6 +209,9 @@ class Worker:
         """How many runs the commit about to happen may claim (none once stopping)."""
         if self._stopping.is_set():
             return 0
+        if _loop.unavailable() is not None:
+            self._loop_unavailable()
+            return 0
         with self._lock:
             return claim_room(
                 concurrency=self.concurrency,
@@ -226,6 +231,16 @@ class Worker:
         self.stats.claimed += len(claimed)
         for item in claimed:
             self._jobs.put((item, now))
+
+    def _loop_unavailable(self) -> None:
+        # Every async tool, async model and MCP call would fail alike: stop claiming, and let
+        # the runs in flight end (theirs fail as retryable and go back to the queue).
+        with self._lock:
+            if self._loop_failed:
+                return
+            self._loop_failed = True
+        log.error("%s stops claiming: %s", self.identity, _loop.unavailable())
+        self.stop()
 
     def _database_gone(self, exc: DatabaseGone) -> None:
         # Every later write would fail alike: stop claiming; `run` raises it at the end.

@@ -14,6 +14,7 @@ import tenure
 import tenure.mcp
 from mcp import StdioServerParameters
 from tenure import EventKind, FailureClass, Outcome, RunRequest, RunStatus, ToolEffect
+from tests.loopkill import kill_loop
 
 from .conftest import EFFECTS, writes
 
@@ -258,5 +259,35 @@ def test_a_read_that_times_out_is_retried_and_the_session_still_serves(
             script=script(("find_customer", {"customer_id": "c-42"})),
         )
     )
+    (event,) = tool_events(rt, after.run_id)
+    assert event.payload["result"]["name"] == "Ada"
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_after_the_loop_thread_stops_the_session_is_opened_again(
+    make_runtime: Callable[..., tenure.Runtime],
+    register: Register,
+    stdio_server: StdioServerParameters,
+    http_server: str,
+    transport: str,
+) -> None:
+    """The session was opened on the loop that stopped: its streams belong to that loop, so
+    the next call opens a new session on the new loop instead of waiting on the old one."""
+    rt = make_runtime()
+    register(rt, stdio_server if transport == "stdio" else http_server, effects=EFFECTS, timeout=10)
+    find = RunRequest(
+        prompt="find",
+        model="scripted",
+        tools=["find_customer"],
+        script=script(("find_customer", {"customer_id": "c-42"})),
+    )
+    assert rt.run(find).outcome is Outcome.COMPLETED
+    kill_loop()
+
+    after = rt.run(find)
+
+    assert after.outcome is Outcome.COMPLETED
+    run = rt.status(after.run_id)
+    assert run is not None and run.requeue_count == 0  # no attempt hung on the old session
     (event,) = tool_events(rt, after.run_id)
     assert event.payload["result"]["name"] == "Ada"

@@ -24,7 +24,8 @@ from tenure import (
 )
 from tenure.providers.anthropic import Anthropic
 
-from .conftest import Endpoint
+from ._stalls import LEASE_SECONDS, STALL_SECONDS, cancel_while_stalled, established_to, wait_for
+from .conftest import Endpoint, Reply
 from .messages_api import CLAUDE, api_error, message
 
 PRICE = (3.0, 15.0)
@@ -194,3 +195,49 @@ def test_rate_limit_waits_at_least_retry_after(
     run = rt.status(run_id)
     assert run is not None and run.error_class is FailureClass.RATE_LIMIT
     assert (run.available_at - run.updated_at).total_seconds() == pytest.approx(5.0, abs=0.05)
+
+
+# -- a stalled call, cancelled (SPEC §15) ------------------------------------------------------
+
+
+def test_cancel_reaches_an_anthropic_call_whose_answer_stalls(
+    make_runtime: Callable[..., tenure.Runtime],
+    make_anthropic: Callable[..., Anthropic],
+    endpoint: Endpoint,
+) -> None:
+    """The server holds the answer for 30 s (the client would wait 60): the keeper's round
+    finds the run cancelled, the HTTP request is closed and the slot is free again, within
+    a keeper round (lease / 3) and well before the stall ends."""
+    endpoint.push(Reply(body=message("late").body, delay=STALL_SECONDS))
+    rt = make_runtime(lease_seconds=LEASE_SECONDS)
+    rt.add_model("claude", make_anthropic(endpoint.url, timeout=60.0))
+    port = endpoint.server.port
+
+    took, rt, run_id = cancel_while_stalled(
+        rt, "claude", lambda: len(endpoint.requests) == 1 and established_to(port) >= 1
+    )
+
+    assert took < STALL_SECONDS / 3, took
+    wait_for(lambda: established_to(port) == 0, timeout=5.0)  # the request was closed
+    assert EventKind.LLM not in [e.kind for e in rt.events(run_id)]
+
+
+def test_an_anthropic_call_that_stalls_ends_at_the_models_timeout(
+    make_runtime: Callable[..., tenure.Runtime],
+    make_anthropic: Callable[..., Anthropic],
+    endpoint: Endpoint,
+) -> None:
+    """The model's timeout (1 s) bounds the whole call, not only each read of the client's
+    (60 s): the step fails as a retryable `timeout` long before the 30 s stall ends."""
+    endpoint.push(Reply(body=message("late").body, delay=STALL_SECONDS))
+    rt = make_runtime(lease_seconds=LEASE_SECONDS)
+    rt.add_model("claude", make_anthropic(endpoint.url, timeout=60.0), timeout=1.0)
+    run_id = rt.enqueue(RunRequest(prompt="p", model="claude"))
+
+    began = time.monotonic()
+    result = rt.run_queued(run_id)
+
+    assert time.monotonic() - began < STALL_SECONDS / 3
+    assert result is not None and result.outcome is Outcome.REQUEUED
+    run = rt.status(run_id)
+    assert run is not None and run.error_class is FailureClass.TIMEOUT

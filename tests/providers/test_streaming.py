@@ -17,7 +17,11 @@ from tenure import EventKind, FailureClass, Outcome, ProviderError, RunRequest, 
 from tenure.providers import ModelCall, ToolSpec
 from tenure.providers._stream import StreamAssembly
 from tenure.providers.openai import MalformedResponse, OpenAICompatible, parse_completion
+from tests.fakes._app import Latency
 from tests.fakes.openai_service import FakeOpenAI, tool_once_policy
+from tests.loopkill import kill_loop
+
+from ._stalls import LEASE_SECONDS, STALL_SECONDS, cancel_while_stalled, established_to, wait_for
 
 MODEL = "fake-model"
 LOOKUP = ToolSpec(
@@ -45,8 +49,20 @@ def make_fake() -> Iterator[MakeFake]:
         fake.stop()
 
 
+Abort = threading.Event | None
+
+
+@pytest.fixture(params=["blocking", "on-the-loop"])
+def abort(request: pytest.FixtureRequest) -> Abort:
+    """A call without an abort signal is read on the calling thread; with one, as the engine
+    makes every call, it is read on the event loop, where the abort can close it."""
+    return threading.Event() if request.param == "on-the-loop" else None
+
+
 def call(
-    tools: list[ToolSpec] | None = None, on_delta: Callable[[str], None] | None = None
+    tools: list[ToolSpec] | None = None,
+    on_delta: Callable[[str], None] | None = None,
+    abort: Abort = None,
 ) -> ModelCall:
     return ModelCall(
         messages=[{"role": "user", "content": "Where does c-42 live?"}],
@@ -55,6 +71,7 @@ def call(
         attempt=0,
         request=RunRequest(prompt="Where does c-42 live?", model="m"),
         on_delta=on_delta,
+        abort=abort,
     )
 
 
@@ -64,13 +81,13 @@ def both(make_provider: MakeProvider, fake: FakeOpenAI, **kwargs: Any) -> list[O
 
 
 def test_the_streamed_answer_equals_the_answer_not_streamed(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake(chunk_interval=0.001)
     whole, streamed = both(make_provider, fake)
 
-    expected = whole.complete(call())
-    got = streamed.complete(call())
+    expected = whole.complete(call(abort=abort))
+    got = streamed.complete(call(abort=abort))
 
     assert got == expected
     assert got.text and len(got.text) > 100
@@ -83,14 +100,14 @@ def test_the_streamed_answer_equals_the_answer_not_streamed(
 
 
 def test_tool_calls_are_assembled_from_their_deltas(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake(policy=tool_once_policy(ARGS))
     whole, streamed = both(make_provider, fake)
     assert len(json.dumps(ARGS)) > 3 * 8  # the fake sends the arguments in 8-character pieces
 
-    expected = whole.complete(call([LOOKUP]))
-    got = streamed.complete(call([LOOKUP]))
+    expected = whole.complete(call([LOOKUP], abort=abort))
+    got = streamed.complete(call([LOOKUP], abort=abort))
 
     assert got == expected
     (tool_call,) = got.tool_calls
@@ -100,12 +117,12 @@ def test_tool_calls_are_assembled_from_their_deltas(
 
 
 def test_usage_is_recorded_from_the_last_chunk(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake()
     provider = make_provider(fake.url, model=MODEL, stream=True, prices={MODEL: (2.0, 8.0)})
 
-    reply = provider.complete(call())
+    reply = provider.complete(call(abort=abort))
 
     stats = fake.stats()
     assert stats.prompt_tokens == 6  # "Where does c-42 live?": 21 characters
@@ -116,13 +133,15 @@ def test_usage_is_recorded_from_the_last_chunk(
 
 
 def test_deltas_are_delivered_in_order_while_the_answer_streams(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake(chunk_interval=0.01)
     provider = make_provider(fake.url, model=MODEL, stream=True)
     deltas: list[tuple[float, str]] = []
 
-    reply = provider.complete(call(on_delta=lambda text: deltas.append((time.monotonic(), text))))
+    reply = provider.complete(
+        call(on_delta=lambda text: deltas.append((time.monotonic(), text)), abort=abort)
+    )
     returned = time.monotonic()
 
     assert "".join(text for _, text in deltas) == reply.text
@@ -133,7 +152,7 @@ def test_deltas_are_delivered_in_order_while_the_answer_streams(
 
 
 def test_a_stream_dropped_midway_fails_as_connection(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake()
     provider = make_provider(fake.url, model=MODEL, stream=True)
@@ -141,23 +160,23 @@ def test_a_stream_dropped_midway_fails_as_connection(
     deltas: list[str] = []
 
     with pytest.raises(ProviderError) as caught:
-        provider.complete(call(on_delta=deltas.append))
+        provider.complete(call(on_delta=deltas.append, abort=abort))
 
     assert caught.value.failure_class is FailureClass.CONNECTION
     assert len(deltas) == 3
-    assert provider.complete(call()).text  # the next call streams again, whole
+    assert provider.complete(call(abort=abort)).text  # the next call streams again, whole
 
 
 def test_a_rate_limit_before_the_stream_keeps_retry_after(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake(rpm=60)
     provider = make_provider(fake.url, model=MODEL, stream=True)
     for _ in range(6):
-        provider.complete(call())
+        provider.complete(call(abort=abort))
 
     with pytest.raises(ProviderError) as caught:
-        provider.complete(call())
+        provider.complete(call(abort=abort))
 
     assert caught.value.failure_class is FailureClass.RATE_LIMIT
     assert caught.value.retry_after is not None
@@ -165,17 +184,17 @@ def test_a_rate_limit_before_the_stream_keeps_retry_after(
 
 
 def test_a_server_error_before_the_stream_is_a_server_error(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake()
     fake.fail_next(status=502)
     with pytest.raises(ProviderError) as caught:
-        make_provider(fake.url, model=MODEL, stream=True).complete(call())
+        make_provider(fake.url, model=MODEL, stream=True).complete(call(abort=abort))
     assert caught.value.failure_class is FailureClass.SERVER_ERROR
 
 
 def test_what_on_delta_raises_is_raised_unchanged(
-    make_fake: MakeFake, make_provider: MakeProvider
+    make_fake: MakeFake, make_provider: MakeProvider, abort: Abort
 ) -> None:
     fake = make_fake()
     provider = make_provider(fake.url, model=MODEL, stream=True)
@@ -184,8 +203,8 @@ def test_what_on_delta_raises_is_raised_unchanged(
         raise KeyError(text)
 
     with pytest.raises(KeyError):
-        provider.complete(call(on_delta=refuse))
-    assert provider.complete(call()).text  # the connection was released
+        provider.complete(call(on_delta=refuse, abort=abort))
+    assert provider.complete(call(abort=abort)).text  # the connection was released
 
 
 # -- the assembly, without a server ------------------------------------------------------------
@@ -284,3 +303,62 @@ def test_an_aborted_streaming_call_stops_between_chunks_and_closes_the_stream(
         provider.complete(aborted)
     assert len(deltas) == 3  # nothing after the abort
     assert provider.complete(call()).text  # the provider works on
+
+
+# -- a stalled stream, cancelled (SPEC §15) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "stall",
+    [
+        pytest.param({"chunk_interval": STALL_SECONDS}, id="mid-stream"),
+        pytest.param({"latency": Latency.fixed(STALL_SECONDS)}, id="before-the-answer"),
+    ],
+)
+def test_cancel_reaches_a_streaming_call_that_stalls(
+    make_runtime: Callable[..., tenure.Runtime],
+    make_fake: MakeFake,
+    make_provider: MakeProvider,
+    stall: dict[str, Any],
+) -> None:
+    """The server stops sending for 30 s (after the first chunk, or before the answer):
+    the keeper's round finds the run cancelled, the stream is closed and the slot is free
+    again within a keeper round (lease / 3), not when the next chunk or the HTTP timeout
+    comes."""
+    fake = make_fake(**stall)
+    rt = make_runtime(lease_seconds=LEASE_SECONDS)
+    rt.add_model("gpt", make_provider(fake.url, model=MODEL, stream=True, timeout=60.0))
+
+    took, rt, run_id = cancel_while_stalled(
+        rt, "gpt", lambda: fake.stats().requests == 1 and established_to(fake.port) == 1
+    )
+
+    assert took < STALL_SECONDS / 3, took
+    wait_for(lambda: established_to(fake.port) == 0, timeout=5.0)  # the stream was closed
+    assert fake.stats().answered == 0
+    assert EventKind.LLM not in [e.kind for e in rt.events(run_id)]
+
+
+def test_a_stream_whose_loop_stops_between_chunks_fails_at_once_as_a_timeout(
+    make_fake: MakeFake, make_provider: MakeProvider
+) -> None:
+    """The stream's connection belonged to the loop that stopped: the next read is not
+    tried on the new loop, it fails at once as in doubt (a retryable `timeout` that names
+    the loop); the provider's next call works, on a new loop with a new client."""
+    fake = make_fake(chunk_interval=0.01)
+    provider = make_provider(fake.url, model=MODEL, stream=True)
+    deltas: list[str] = []
+
+    def on_delta(text: str) -> None:
+        deltas.append(text)
+        if len(deltas) == 2:
+            kill_loop()
+
+    stopping = dataclasses.replace(call(on_delta=on_delta, abort=threading.Event()), timeout=60)
+    with pytest.raises(ProviderError) as caught:
+        provider.complete(stopping)
+
+    assert caught.value.failure_class is FailureClass.TIMEOUT
+    assert "event loop thread" in str(caught.value)
+    assert len(deltas) == 2
+    assert provider.complete(call(abort=threading.Event())).text

@@ -4,6 +4,7 @@ a timeout cancels the coroutine, and a lost run aborts an async model call."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +24,9 @@ from tenure import (
     _loop,
 )
 from tenure._worker import Worker
-from tenure.providers import Fallback, ModelCall, ModelReply, ToolCall
+from tenure.providers import Fallback, ModelCall, ModelReply, OpenAICompatible, ToolCall
+from tests.fakes.openai_service import FakeOpenAI
+from tests.loopkill import kill_loop
 
 MakeRuntime = Callable[..., tenure.Runtime]
 
@@ -257,3 +260,98 @@ def test_cancelling_a_run_aborts_its_async_model_call(make_runtime: MakeRuntime)
 def test_a_fallback_chain_refuses_an_async_provider() -> None:
     with pytest.raises(ValueError, match="is async"):
         Fallback([AsyncModel()])
+
+
+# -- a loop thread that stops (a background task's SystemExit) ---------------------------------
+
+
+def test_after_the_loop_thread_stops_an_async_tool_runs_on_a_new_one(
+    runtime: tenure.Runtime,
+) -> None:
+    @runtime.tool
+    async def weather(city: str) -> dict[str, Any]:
+        """The weather in a city."""
+        await asyncio.sleep(0)
+        return {"city": city, "sky": "clear"}
+
+    assert runtime.run(calling("weather", {"city": "Oslo"})).outcome is Outcome.COMPLETED
+    dead = kill_loop()
+    result = runtime.run(calling("weather", {"city": "Rome"}))
+    assert result.outcome is Outcome.COMPLETED
+    assert tool_events(runtime, result.run_id)[0]["result"] == {"city": "Rome", "sky": "clear"}
+    assert _loop.loop_thread() is not dead
+
+
+def test_after_the_loop_thread_stops_an_openai_call_is_made_on_a_new_one(
+    runtime: tenure.Runtime,
+) -> None:
+    """The provider's async client was used on the loop that stopped: its pooled connection
+    belongs to that loop and must not be used from the new one (it would wait for ever)."""
+    with (
+        FakeOpenAI() as fake,
+        OpenAICompatible("fake", base_url=fake.url, timeout=60) as provider,
+    ):
+        runtime.add_model("fake", provider, timeout=10)
+        assert runtime.run(RunRequest(prompt="p", model="fake")).outcome is Outcome.COMPLETED
+        kill_loop()
+        result = runtime.run(RunRequest(prompt="p", model="fake"))
+        assert result.outcome is Outcome.COMPLETED, result.error
+        assert (fake.stats().requests, fake.stats().answered) == (2, 2)  # no retry after a hang
+
+
+def test_an_async_write_cut_off_by_the_loop_stopping_is_in_doubt(runtime: tenure.Runtime) -> None:
+    """What the write did is unknown: the tool raises `TimedOut` (never a plain exception,
+    which would read as a known failure) and does not wait for its 60 s timeout."""
+    started = threading.Event()
+
+    @runtime.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout=60)
+    async def pay(amount: int) -> str:
+        started.set()
+        await asyncio.sleep(60)
+        return f"paid {amount}"
+
+    tool = runtime._tools.get("pay")
+    assert tool is not None
+    context = ToolContext("run-1", 0, "key", 1, ToolEffect.NON_IDEMPOTENT_WRITE, threading.Event())
+    killer = threading.Thread(target=lambda: started.wait(10) and kill_loop())
+    killer.start()
+    with pytest.raises(_loop.TimedOut, match="event loop thread stopped"):
+        tool.invoke(context, {"amount": 5})
+    killer.join(20)
+
+
+def test_a_worker_whose_loop_cannot_be_started_again_stops_claiming_with_one_error_line(
+    make_runtime: MakeRuntime,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rt = make_runtime(lease_seconds=3.0)
+
+    @rt.tool
+    async def weather(city: str) -> str:
+        """The weather in a city."""
+        return "clear"
+
+    run_ids = rt.enqueue_many([calling("weather", {"city": "Oslo"}) for _ in range(3)])
+    kill_loop()
+
+    def no_more_files() -> asyncio.AbstractEventLoop:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(asyncio, "new_event_loop", no_more_files)
+    caplog.clear()  # the loop's own line about having stopped
+    worker = rt.worker(concurrency=1, poll_interval=0.05)
+    with caplog.at_level(logging.ERROR, logger="tenure"):
+        thread = start(worker)
+        thread.join(30)  # it stops by itself
+        assert not thread.is_alive(), "the worker kept claiming"
+    monkeypatch.undo()
+    assert worker.stats.claimed == 1  # the first run failed; nothing more was claimed
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "stops claiming" in errors[0]
+    assert "Too many open files" in errors[0] and "\n" not in errors[0]
+    first = rt.status(run_ids[0])
+    assert first is not None and first.status is RunStatus.QUEUED  # back, retryable
+    assert first.error_class is FailureClass.CONNECTION
+    assert all(rt.status(r).status is RunStatus.QUEUED for r in run_ids[1:])  # type: ignore[union-attr]
+    assert _loop.run(asyncio.sleep(0, "ok"), timeout=5) == "ok"  # a loop starts again

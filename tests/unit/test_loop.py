@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tenure import Cancelled, _loop
+from tests.loopkill import kill_loop
 
 
 def test_a_coroutines_own_timeout_error_is_not_taken_for_its_timeout() -> None:
@@ -138,3 +139,65 @@ def test_a_call_that_ends_quickly_arms_no_timer_and_no_watch(
     for _ in range(50):
         assert _loop.run(answer(), timeout=5, abort=abort) == 7
     assert armed == [] and not owner.aborts.watched
+
+
+# -- a loop thread that stops -------------------------------------------------------------------
+
+
+async def answer() -> int:
+    await asyncio.sleep(0)
+    return 42
+
+
+def test_a_stopped_loop_thread_is_replaced_on_next_use() -> None:
+    dead = kill_loop()
+    assert _loop.run(answer(), timeout=5) == 42
+    assert _loop.loop_thread() is not dead and _loop.loop_thread().is_alive()
+
+
+def test_a_call_waiting_on_a_loop_that_stops_fails_at_once_as_in_doubt() -> None:
+    """Its coroutine may have done what it was for (a write): the outcome is unknown, so the
+    error is a `TimedOut` (never a plain exception, which would read as a known failure)."""
+    started = threading.Event()
+    got: list[BaseException] = []
+
+    async def writes() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    def wait() -> None:
+        try:
+            _loop.run(writes(), timeout=120, what="the write")
+        except BaseException as exc:
+            got.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    assert started.wait(10)
+    kill_loop()
+    waiter.join(30)  # far less than the call's 120 s timeout
+    assert not waiter.is_alive(), "the waiting thread was left waiting on a dead loop"
+    (error,) = got
+    assert isinstance(error, _loop.LoopDied) and isinstance(error, _loop.TimedOut)
+    assert "the write" in str(error) and "event loop" in str(error)
+    assert _loop.run(answer(), timeout=5) == 42  # and the next call gets a new loop
+
+
+def test_a_loop_that_cannot_be_started_again_is_one_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kill_loop()
+
+    def no_more_files() -> asyncio.AbstractEventLoop:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(asyncio, "new_event_loop", no_more_files)
+    coro = answer()
+    with pytest.raises(_loop.LoopUnavailable, match="Too many open files") as raised:
+        _loop.run(coro, timeout=5)
+    assert "\n" not in str(raised.value)
+    assert coro.cr_frame is None  # closed, never left to warn "never awaited"
+    assert _loop.unavailable() is not None
+    monkeypatch.undo()
+    assert _loop.run(answer(), timeout=5) == 42
+    assert _loop.unavailable() is None

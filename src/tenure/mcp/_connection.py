@@ -11,7 +11,7 @@ ordinary error: the model sees it and the run goes on.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import logging
 import sys
 from typing import Any
@@ -47,6 +47,8 @@ class Connection:
         self._holder: asyncio.Task[None] | None = None
         self._closing: asyncio.Event | None = None
         self._opening: asyncio.Lock | None = None
+        # The loop the session state above belongs to (see `_current`).
+        self._on: asyncio.AbstractEventLoop | None = None
 
     # -- the synchronous side (tenure's tools and registration) ---------------------------
 
@@ -61,19 +63,20 @@ class Connection:
         return result_value(name, result)
 
     def close(self) -> None:
-        future = _loop.submit(self._close())
-        try:
-            future.result(timeout=self.connect_timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
+        with contextlib.suppress(_loop.TimedOut, _loop.LoopUnavailable):
+            _loop.run(self._close(), timeout=self.connect_timeout, what="closing the session")
         _loop.forget(self.close)
 
     def _wait(self, coro: Any, timeout: float, doing: str) -> Any:
-        future = _loop.submit(coro)
         try:
-            return future.result(timeout=timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
+            return _loop.run(coro, timeout=timeout, what=f"MCP server {self.label}")
+        except _loop.LoopDied as exc:
+            # The session went with the loop; what the server did is unknown: a classified
+            # failure, so that a write's fence stands and failure recovery decides.
+            raise ProviderError(
+                FailureClass.CONNECTION, f"MCP server {self.label}: {exc} while {doing}"
+            ) from None
+        except _loop.TimedOut:
             raise ProviderError(
                 FailureClass.TIMEOUT,
                 f"MCP server {self.label}: no answer within {timeout:g}s while {doing}",
@@ -102,7 +105,18 @@ class Connection:
 
     # -- the loop side ----------------------------------------------------------------------
 
+    def _current(self) -> None:
+        """Forget a session opened on a loop that has stopped since: its streams and its
+        holder task belong to that loop (which cancelled them as it ended), and waiting on
+        them from this one would never end. The next call opens a new session."""
+        loop = asyncio.get_running_loop()
+        if self._on is not loop:
+            self._client = self._holder = self._closing = None
+            self._opening = None
+            self._on = loop
+
     async def _session(self) -> mcp.Client:
+        self._current()
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
@@ -162,6 +176,7 @@ class Connection:
             raise
 
     async def _drop(self) -> None:
+        self._current()
         closing, holder = self._closing, self._holder
         self._client = self._holder = self._closing = None
         if closing is not None:

@@ -18,7 +18,7 @@ from tenure.providers._base import AsyncProvider, ModelCall, ModelReply
 class Awaited:
     """Wraps an `AsyncProvider` so that `complete` waits for its coroutine."""
 
-    def __init__(self, provider: AsyncProvider, timeout: float | None) -> None:
+    def __init__(self, provider: AsyncProvider, timeout: float) -> None:
         self.provider = provider
         self.timeout = timeout
 

@@ -106,6 +106,9 @@ class ModelCall:
     # engine's capacity (SPEC §17), which skips a model whose circuit is open without
     # calling it. None: call the provider directly.
     through: Callable[[Provider, ModelCall], ModelReply] | None = None
+    # How long the engine lets the call take: the model's `timeout` (SPEC §15). A provider
+    # that waits on the event loop gives up after it. None: the provider's own timeout.
+    timeout: float | None = None
 
 
 class Provider(Protocol):

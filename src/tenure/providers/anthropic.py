@@ -28,6 +28,7 @@ journal resume.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
@@ -42,12 +43,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "tenure.providers.Anthropic needs the anthropic package: pip install 'tenure[anthropic]'"
     ) from exc
 
-from tenure._errors import InvalidRequest, ProviderError
+from tenure import _loop
+from tenure._errors import Cancelled, InvalidRequest, ProviderError
 from tenure._types import FailureClass, Usage
 from tenure.providers._base import MALFORMED_ARGUMENTS_KEY, ModelCall, ModelReply, Price, ToolCall
 from tenure.providers._http import classify_plain, count_tokens, parse_retry_after
 
 DEFAULT_TIMEOUT = 60.0
+CLOSE_SECONDS = 5.0
 # The Messages API requires an output limit on every request.
 DEFAULT_MAX_TOKENS = 4096
 # Anthropic bills a cache write at 1.25 times the input price and a cache read at 0.1 times.
@@ -345,17 +348,25 @@ class Anthropic:
         self.max_tokens = max_tokens
         self.extra_body = dict(extra_body or {})
         self.prices: dict[str, Price] = {k: Price.of(v) for k, v in (prices or {}).items()}
+        self.timeout = timeout
+        # A call that can be aborted goes through an async client on the process's event
+        # loop: cancelling its task closes the HTTP request, which a thread blocked in a
+        # synchronous read cannot do (SPEC §15). A client passed in is synchronous: its
+        # calls block until they end.
+        self._async: _loop.PerLoop[anthropic.AsyncAnthropic] | None = None
         if client is not None:
             self._client = client
             return
         try:
-            self._client = anthropic.Anthropic(
-                api_key=api_key,
-                base_url=base_url,
-                timeout=timeout,
-                max_retries=max_retries,
-                default_headers=dict(default_headers) if default_headers else None,
-            )
+            options: dict[str, Any] = {
+                "api_key": api_key,
+                "base_url": base_url,
+                "timeout": timeout,
+                "max_retries": max_retries,
+                "default_headers": dict(default_headers) if default_headers else None,
+            }
+            self._client = anthropic.Anthropic(**options)
+            self._async = _loop.PerLoop(lambda: anthropic.AsyncAnthropic(**options), _close_client)
         except (anthropic.AnthropicError, ValueError, TypeError) as exc:
             raise InvalidRequest(f"Anthropic: {exc}") from None
 
@@ -384,14 +395,32 @@ class Anthropic:
 
     def complete(self, call: ModelCall) -> ModelReply:
         try:
-            raw = self._client.messages.with_raw_response.create(**self.request(call))
-            body = json.loads(raw.http_response.content)
-            return parse_message(body, self.model, self.prices)
+            return parse_message(self._answer(call), self.model, self.prices)
+        except Cancelled:
+            raise
         except Exception as exc:
             raise classify_error(exc) from exc
 
+    def _answer(self, call: ModelCall) -> Any:
+        """The response body."""
+        params = self.request(call)
+        if self._async is None or call.abort is None:
+            raw = self._client.messages.with_raw_response.create(**params)
+            return json.loads(raw.http_response.content)
+        return _loop.run(
+            _answer_async(self._async, params),
+            # The whole call's deadline: the model's timeout, which the engine passes, else
+            # the provider's own (the client's applies to each read besides).
+            timeout=call.timeout if call.timeout is not None else self.timeout,
+            abort=call.abort,
+            what=f"the model call of run {call.run_id}",
+        )
+
     def close(self) -> None:
         self._client.close()
+        if self._async is not None and self._async.made:
+            # Its connections belong to the event loop: closed there.
+            _loop.run(_close_async(self._async), timeout=CLOSE_SECONDS, what="closing the client")
 
     def __enter__(self) -> Anthropic:
         return self
@@ -401,6 +430,22 @@ class Anthropic:
 
     def __repr__(self) -> str:
         return f"Anthropic(model={self.model!r}, base_url={str(self._client.base_url)!r})"
+
+
+async def _answer_async(
+    client: _loop.PerLoop[anthropic.AsyncAnthropic], params: dict[str, Any]
+) -> Any:
+    raw = await client.get().messages.with_raw_response.create(**params)
+    return json.loads(raw.http_response.content)
+
+
+async def _close_async(client: _loop.PerLoop[anthropic.AsyncAnthropic]) -> None:
+    # One made on a loop that stopped was closed as that loop stopped.
+    await client.close_on(asyncio.get_running_loop())
+
+
+async def _close_client(client: anthropic.AsyncAnthropic) -> None:
+    await client.close()
 
 
 __all__ = [

@@ -21,12 +21,15 @@ hold the lease longer and hide failures from the run's history.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
 try:
     import openai
@@ -41,6 +44,8 @@ from tenure._types import FailureClass, Usage
 from tenure.providers._base import MALFORMED_ARGUMENTS_KEY, ModelCall, ModelReply, Price, ToolCall
 from tenure.providers._http import classify_plain, count_tokens, parse_retry_after
 from tenure.providers._stream import StreamAssembly
+
+T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 60.0
 CLOSE_SECONDS = 5.0
@@ -300,12 +305,12 @@ class OpenAICompatible:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.stream = stream
-        # A call that is not streamed goes through an async client on the process's event
-        # loop when the call can be aborted: cancelling its task closes the HTTP request,
-        # which a thread blocked in a synchronous read cannot do (SPEC §15). A client
-        # passed in is synchronous: its calls block until they end.
-        self._async: openai.AsyncOpenAI | None = None
-        self._async_used = False
+        self.timeout = timeout
+        # A call that can be aborted goes through an async client on the process's event
+        # loop, streamed or not: cancelling its task closes the HTTP request, which a thread
+        # blocked in a synchronous read cannot do (SPEC §15). A client passed in is
+        # synchronous: its calls block until they end (a stream stops between chunks).
+        self._async: _loop.PerLoop[openai.AsyncOpenAI] | None = None
         if client is not None:
             self._client = client
             return
@@ -318,7 +323,7 @@ class OpenAICompatible:
                 "default_headers": dict(default_headers) if default_headers else None,
             }
             self._client = openai.OpenAI(**options)
-            self._async = openai.AsyncOpenAI(**options)
+            self._async = _loop.PerLoop(lambda: openai.AsyncOpenAI(**options), _close_client)
         except openai.OpenAIError as exc:
             raise InvalidRequest(f"OpenAICompatible: {exc}") from None
 
@@ -341,6 +346,8 @@ class OpenAICompatible:
         if self.extra_body:
             params["extra_body"] = self.extra_body
         try:
+            if self.stream and self._async is not None and call.abort is not None:
+                return self._streamed_on_loop(self._async, params, call)
             if self.stream:
                 return self._streamed(params, call.on_delta, call.abort)
             return parse_completion(self._answer(params, call), self.model, self.prices)
@@ -358,18 +365,52 @@ class OpenAICompatible:
         if self._async is None or call.abort is None:
             raw = self._client.chat.completions.with_raw_response.create(**params)
             return json.loads(raw.http_response.content)
-        self._async_used = True
         return _loop.run(
-            self._answer_async(self._async, params),
-            timeout=None,  # the client's own timeout applies
+            _answer_async(self._async, params),
+            timeout=self._timeout_of(call),
             abort=call.abort,
             what=f"the model call of run {call.run_id}",
         )
 
-    @staticmethod
-    async def _answer_async(client: openai.AsyncOpenAI, params: dict[str, Any]) -> Any:
-        raw = await client.chat.completions.with_raw_response.create(**params)
-        return json.loads(raw.http_response.content)
+    def _timeout_of(self, call: ModelCall) -> float:
+        """The whole call's deadline on the loop: the model's timeout, which the engine
+        passes, else the provider's own (the client's applies to each read besides)."""
+        return call.timeout if call.timeout is not None else self.timeout
+
+    def _streamed_on_loop(
+        self, client: _loop.PerLoop[openai.AsyncOpenAI], params: dict[str, Any], call: ModelCall
+    ) -> ModelReply:
+        """A stream read on the event loop, chunk by chunk, each read cancelled when the
+        abort is set: a stalled stream is closed within the abort's watch, not at the HTTP
+        timeout. The chunks are handled here, on the calling thread, so `on_delta` never
+        runs on (or blocks) the loop."""
+        what = f"the model call of run {call.run_id}"
+        deadline = time.monotonic() + self._timeout_of(call)
+
+        def on_loop(coro: Coroutine[Any, Any, T]) -> T:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                coro.close()
+                raise _loop.TimedOut(f"{what} did not finish within {self._timeout_of(call):g} s")
+            return _loop.run(coro, timeout=left, abort=call.abort, what=what)
+
+        stream, opened_on = on_loop(_open_stream(client, params))
+        assembly = StreamAssembly()
+        try:
+            while (chunk := on_loop(_next_chunk(stream, opened_on))) is not None:
+                text = assembly.add(chunk)
+                if text and call.on_delta is not None:
+                    try:
+                        call.on_delta(text)
+                    except Exception as exc:
+                        raise _DeltaCallbackFailed(exc) from exc
+        except _loop.LoopDied:
+            raise  # its connection went with the loop that stopped: nothing left to close
+        except BaseException:
+            _close_stream(stream)  # a read that was cancelled closed it already: harmless
+            raise
+        _close_stream(stream)
+        return parse_completion(assembly.body(), self.model, self.prices)
 
     def _streamed(
         self,
@@ -395,9 +436,9 @@ class OpenAICompatible:
 
     def close(self) -> None:
         self._client.close()
-        if self._async is not None and self._async_used:
+        if self._async is not None and self._async.made:
             # Its connections belong to the event loop: closed there.
-            _loop.run(self._async.close(), timeout=CLOSE_SECONDS, what="closing the client")
+            _loop.run(_close_async(self._async), timeout=CLOSE_SECONDS, what="closing the client")
 
     def __enter__(self) -> OpenAICompatible:
         return self
@@ -407,6 +448,52 @@ class OpenAICompatible:
 
     def __repr__(self) -> str:
         return f"OpenAICompatible(model={self.model!r}, base_url={str(self._client.base_url)!r})"
+
+
+async def _answer_async(client: _loop.PerLoop[openai.AsyncOpenAI], params: dict[str, Any]) -> Any:
+    raw = await client.get().chat.completions.with_raw_response.create(**params)
+    return json.loads(raw.http_response.content)
+
+
+async def _close_async(client: _loop.PerLoop[openai.AsyncOpenAI]) -> None:
+    # One made on a loop that stopped was closed as that loop stopped.
+    await client.close_on(asyncio.get_running_loop())
+
+
+async def _close_client(client: openai.AsyncOpenAI) -> None:
+    await client.close()
+
+
+async def _open_stream(
+    client: _loop.PerLoop[openai.AsyncOpenAI], params: dict[str, Any]
+) -> tuple[openai.AsyncStream[Any], asyncio.AbstractEventLoop]:
+    """The stream, and the loop its connection belongs to."""
+    stream: openai.AsyncStream[Any] = await client.get().chat.completions.create(
+        **params, stream=True, stream_options={"include_usage": True}
+    )
+    return stream, asyncio.get_running_loop()
+
+
+def _close_stream(stream: openai.AsyncStream[Any]) -> None:
+    """Closed on the loop that owns its connection."""
+    with contextlib.suppress(Exception):
+        _loop.run(stream.close(), timeout=CLOSE_SECONDS, what="closing the stream")
+
+
+async def _next_chunk(
+    stream: openai.AsyncStream[Any], opened_on: asyncio.AbstractEventLoop
+) -> dict[str, Any] | None:
+    """The next chunk as JSON; None at the end of the stream."""
+    if asyncio.get_running_loop() is not opened_on:
+        # The loop stopped between two chunks and another replaced it: the stream's
+        # connection was that loop's, and reading it from this one would never end.
+        raise _loop.LoopDied("the event loop thread the stream was read on stopped")
+    try:
+        chunk = await stream.__anext__()
+    except StopAsyncIteration:
+        return None
+    value: dict[str, Any] = chunk.to_dict()
+    return value
 
 
 def _default_key(base_url: str | None) -> str | None:
