@@ -320,6 +320,8 @@ class Anthropic:
     it as a context manager) to release its connections.
     """
 
+    streams = False  # its answer comes whole: no delta publisher is opened for its calls
+
     def __init__(
         self,
         model: str,
