@@ -20,6 +20,8 @@ from tenure.testing._scenarios import Scenario
 
 # A run meets a person at most this often in one case (each round: a worker, or deciders).
 MAX_ROUNDS = 24
+# How long a decider waits at the rendezvous for the others to reach their decisions.
+MEET_TIMEOUT = 10.0
 WAITING = (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT)
 
 
@@ -30,6 +32,7 @@ class Options:
     timeout_cap: float = 2.0
     deciders: int = 3
     phase_timeout: float = 60.0
+    meet_timeout: float = MEET_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,10 @@ class Runner:
             case.before_run = self.rt.status(case.run_id)
 
     def _decide(self, case: Case, run: Run, queue: str, trace: Path, armed: bool) -> None:
-        """k processes decide the waiting run at the same moment (SPEC §19 consume-once)."""
+        """k processes decide the waiting run at the same moment (SPEC §19 consume-once):
+        started together, each one's decision then waits at the rendezvous in `gate` until all
+        k have reached theirs (or returned without one), so every one has read the run as
+        waiting before any decision is written."""
         waiting = self.rt.store.waiting_of(case.run_id)
         record = waiting[1] if waiting is not None else None
         hold = Hold(int((record or {}).get("turn", -1)), list((record or {}).get("calls", [])))
@@ -151,6 +157,8 @@ class Runner:
         for i in range(self.options.deciders):
             command = self._command(case, "decide", queue, trace, armed)
             command += ["--who", f"decider-{i + 1}", "--gate", str(gate)]
+            command += ["--deciders", str(self.options.deciders)]
+            command += ["--meet-timeout", str(self.options.meet_timeout)]
             command += ["--input", json.dumps(scenario.input)]
             if not scenario.approve:
                 command.append("--deny")

@@ -4,7 +4,8 @@
 `decide`: one of the k concurrent deciders of a waiting run; it continues the run inline
 when its decision wins. Either may SIGKILL itself at the crash point it is given.
 Exit codes: 0 done, 3 the run did not end or wait in time, 4 no such run; a decider prints
-one JSON line: `{"won": bool, "error": str | null}`.
+one JSON line: `{"won": bool, "error": str | null, "met": bool | null}` (`met`: whether all
+the deciders were at the rendezvous when its decision was written; null: it wrote none).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from tenure._classify import describe
 from tenure._command import load_app
 from tenure._errors import DecisionConflict
 from tenure._types import RunStatus
+from tenure.testing._cases import MEET_TIMEOUT
 from tenure.testing._hooks import HookedStore, Hooks, hooked_toolbox
+from tenure.testing._rendezvous import Rendezvous
 
 # Failed attempts come back at once: the harness must not wait out production backoff.
 BACKOFF_BASE = 0.05
@@ -47,17 +50,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trace")
     p.add_argument("--who", default="crashtest")
     p.add_argument("--gate", help="a folder: say ready in it, decide once `go` appears there")
+    p.add_argument("--deciders", type=int, default=1, help="how many meet in the gate folder")
+    p.add_argument("--meet-timeout", type=float, default=MEET_TIMEOUT)
     p.add_argument("--deny", action="store_true")
     p.add_argument("--input", default="{}")
     return p
 
 
-def hooked_runtime(args: argparse.Namespace) -> Runtime:
+def hooked_runtime(args: argparse.Namespace, rendezvous: Rendezvous | None = None) -> Runtime:
     rt = load_app(args.app)
     rt.use_database(args.database)
     hooks = Hooks(args.kind, args.target, Path(args.trace) if args.trace else None)
     # This process only: the Runtime's own store and tools, wrapped (tenure is unchanged).
-    rt._store = HookedStore(rt.store, hooks)
+    rt._store = HookedStore(rt.store, hooks, rendezvous)
     rt._tools = hooked_toolbox(rt._tools, hooks, args.timeout_cap)
     rt.settings = dataclasses.replace(
         rt.settings, lease_seconds=args.lease, backoff_base=BACKOFF_BASE, backoff_cap=BACKOFF_CAP
@@ -88,11 +93,12 @@ def _default_decide(rt: Runtime, args: argparse.Namespace) -> None:
         rt.approve(args.run, not args.deny, args.who, execute="inline")
 
 
-def decide(rt: Runtime, args: argparse.Namespace) -> int:
+def decide(rt: Runtime, args: argparse.Namespace, rendezvous: Rendezvous | None) -> int:
     module = importlib.import_module(args.app.partition(":")[0])
     custom: Any = getattr(module, "decide", None)
     if args.gate:
-        # Every decider is started and set up before any decides: they decide at once.
+        # Every decider is started and set up before any begins (the rendezvous then has
+        # each decision wait for the others).
         gate = Path(args.gate)
         (gate / f"ready-{args.who}").touch()
         deadline = time.monotonic() + args.deadline
@@ -108,15 +114,23 @@ def decide(rt: Runtime, args: argparse.Namespace) -> int:
         outcome["won"] = False
     except Exception as exc:
         outcome = {"won": False, "error": describe(exc)}
+    finally:
+        # A handler that returned without deciding must not keep the others waiting.
+        if rendezvous is not None:
+            rendezvous.leave()
+    outcome["met"] = None if rendezvous is None else rendezvous.met
     print(json.dumps(outcome), flush=True)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    rt = hooked_runtime(args)
+    rendezvous = None
+    if args.role == "decide" and args.gate:
+        rendezvous = Rendezvous(Path(args.gate), args.who, args.deciders, args.meet_timeout)
+    rt = hooked_runtime(args, rendezvous)
     try:
-        return work(rt, args) if args.role == "work" else decide(rt, args)
+        return work(rt, args) if args.role == "work" else decide(rt, args, rendezvous)
     finally:
         rt.close()
 

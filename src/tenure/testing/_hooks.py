@@ -22,6 +22,7 @@ from tenure import _loop
 from tenure._types import ToolContext
 from tenure.agent._tools import Tool, Toolbox
 from tenure.store._base import Claimed
+from tenure.testing._rendezvous import Rendezvous
 
 # Kinds of crash point (SPEC §19), in the order a run meets them.
 STEP = "step"  # after the commit of the step boundary that recorded event TARGET
@@ -119,10 +120,11 @@ class Hooks:
 
 class HookedStore:
     """The real store; the transitions that end a crash point call the hooks after they
-    commit (the kill then lands after the commit, as a real crash there would)."""
+    commit (the kill then lands after the commit, as a real crash there would). A decider's
+    decision waits first at the `rendezvous` of its hold, so that the k decide at once."""
 
-    def __init__(self, store: Any, hooks: Hooks) -> None:
-        self._store, self._hooks = store, hooks
+    def __init__(self, store: Any, hooks: Hooks, rendezvous: Rendezvous | None = None) -> None:
+        self._store, self._hooks, self._rendezvous = store, hooks, rendezvous
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -158,7 +160,16 @@ class HookedStore:
             self._hooks.suspended(waiting)
         return sequences
 
+    def _decision(self) -> None:
+        if self._rendezvous is not None:
+            self._rendezvous.meet()
+
+    def decide_queued(self, *args: Any, **kwargs: Any) -> Any:
+        self._decision()
+        return self._store.decide_queued(*args, **kwargs)
+
     def decide_inline(self, *args: Any, **kwargs: Any) -> Any:
+        self._decision()
         claimed = self._store.decide_inline(*args, **kwargs)
         if claimed is not None:
             self._hooks.resumed(claimed)
