@@ -72,7 +72,7 @@ class Engine:
     keeper: Keeper | None = None  # renews the leases of segments in flight (SPEC §15)
     model_timeouts: dict[str, float] = field(default_factory=dict)  # by model name
     deltas: DeltaPublisher | None = None  # publishes streaming calls' text (SPEC §18)
-    capacity: Capacity | None = None  # the models with limits (SPEC §17)
+    capacity: Capacity | None = None  # the models' limits and circuits (SPEC §17)
 
     def model_timeout(self, name: str) -> float:
         return self.model_timeouts.get(name, _policy.DEFAULT_MODEL_TIMEOUT)
@@ -275,7 +275,7 @@ class Segment(ToolSteps, Endings):
 
     def _call_model(self, provider: Provider, call: ModelCall) -> ModelReply:
         capacity = self.engine.capacity
-        if capacity is not None and capacity.active:
+        if capacity is not None:
             return capacity.call(self, provider, call)
         with self.step_deadline(self.engine.model_timeout(call.request.model)):
             return provider.complete(call)
