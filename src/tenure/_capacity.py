@@ -126,7 +126,8 @@ class Capacity:
         timeout = segment.engine.model_timeout(model)
         # An interactive run cannot be parked (no worker would pick it up): its caller waits.
         longest = timeout if segment.interactive else segment.lease_seconds / 3
-        call = replace(call, through=lambda p, c: self._member(segment, timeout, p, c))
+        if call.through is None:  # the segment sets it when it makes the call (no copy)
+            call = replace(call, through=lambda p, c: self.member(segment, p, c))
         waited = 0.0
         while True:
             try:
@@ -139,14 +140,14 @@ class Capacity:
                     raise Cancelled(f"run {segment.run_id} was lost while it waited") from None
                 waited += wait
 
-    def _member(
-        self, segment: Segment, timeout: float, provider: Provider, call: ModelCall
-    ) -> ModelReply:
-        """A `Fallback` member: through its model's capacity and circuit if it is registered
-        under a name, never waited for (the next member may answer now)."""
+    def member(self, segment: Segment, provider: Provider, call: ModelCall) -> ModelReply:
+        """A `Fallback` member (`ModelCall.through`): through its model's capacity and
+        circuit if it is registered under a name, never waited for (the next member may
+        answer now), within the chain's deadline."""
         named = self._named.get(id(provider))
         if named is None or named[0] is not provider:
             return provider.complete(call)
+        timeout = segment.engine.model_timeout(call.request.model)
         return self._once(segment, named[1], provider, call, timeout, top=False)
 
     def _once(

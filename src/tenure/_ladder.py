@@ -250,6 +250,7 @@ class Segment(ToolSteps, Endings):
                 attempt=self.lease.attempt,
                 request=request,
                 abort=self._abort,
+                through=self._through,
             )
             reply = self._ask(provider, call)
             llm = NewEvent(EventKind.LLM, _llm_payload(reply))
@@ -279,6 +280,14 @@ class Segment(ToolSteps, Endings):
             return capacity.call(self, provider, call)
         with self.step_deadline(self.engine.model_timeout(call.request.model)):
             return provider.complete(call)
+
+    def _through(self, provider: Provider, call: ModelCall) -> ModelReply:
+        """How a provider that calls others (`Fallback`) calls one of them: through that
+        model's capacity and circuit, when it is registered under a name."""
+        capacity = self.engine.capacity
+        if capacity is None:
+            return provider.complete(call)
+        return capacity.member(self, provider, call)
 
     @property
     def abort_signal(self) -> threading.Event:
