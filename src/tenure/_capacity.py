@@ -119,6 +119,12 @@ class Capacity:
         """Every registered model, with limits or not."""
         return set(self._models)
 
+    def forget_circuits(self) -> None:
+        """Another database: its circuits are read afresh at the next call."""
+        with self._lock:
+            self._circuits = {}
+            self._circuits_read = None
+
     def call(self, segment: Segment, provider: Provider, call: ModelCall) -> ModelReply:
         """Make the call when capacity allows: wait here while the wait is short (the lease
         keeper holds the lease), else raise `Throttled` for the segment to park the run."""

@@ -139,6 +139,7 @@ class Runtime:
         """Point this Runtime at another database (closes the current connection)."""
         self.close()
         self.database_url = database
+        self._capacity.forget_circuits()  # what was read of the other database's circuits
 
     @property
     def engine(self) -> Engine:

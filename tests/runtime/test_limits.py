@@ -221,3 +221,19 @@ def test_an_interactive_run_waits_instead_of_parking(make_runtime: MakeRuntime) 
     started = time.monotonic()
     assert rt.run(request("m")).outcome is Outcome.COMPLETED
     assert time.monotonic() - started > 0.5
+
+
+def test_circuits_known_of_one_database_do_not_follow_the_runtime_to_another(
+    tmp_path: Any,
+) -> None:
+    """The circuits a process has read are its database's: `use_database` forgets them."""
+    with tenure.Runtime(f"sqlite:///{tmp_path / 'a.db'}", lease_seconds=3.0) as rt:
+        model = Counting()
+        rt.add_model("m", model)
+        rt.store.open_circuit("m", 60)
+        parked = rt.run_queued(rt.enqueue(request("m")))
+        assert parked is not None and parked.outcome is Outcome.REQUEUED and model.calls == 0
+        rt.use_database(f"sqlite:///{tmp_path / 'b.db'}")
+        answered = rt.run_queued(rt.enqueue(request("m")))
+        assert answered is not None and answered.outcome is Outcome.COMPLETED
+        assert model.calls == 1
