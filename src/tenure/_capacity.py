@@ -217,33 +217,38 @@ class Capacity:
         """Seconds until the model's circuit closes (0: closed), as last read from the store;
         read again (every model's at once) when that is older than `CIRCUIT_RECHECK_SECONDS`."""
         now = time.monotonic()
+        read = self._circuits_read  # no lock on the normal path: a stale look only reads
+        if read is None or now - read >= CIRCUIT_RECHECK_SECONDS:
+            self._read_circuits(now)
+        closes = self._circuits.get(model)
+        return 0.0 if closes is None else max(closes - time.monotonic(), 0.0)
+
+    def _read_circuits(self, now: float) -> None:
         with self._lock:
             read = self._circuits_read
-            stale = read is None or now - read >= CIRCUIT_RECHECK_SECONDS
-            if stale:  # one thread reads; the others go by what is known meanwhile
-                self._circuits_read = now
-        if stale:
-            try:
-                found = self._store().open_circuits()
-            except Exception as exc:  # the call itself will meet the store's trouble
-                log.warning("the models' circuits could not be read: %s", exc)
-            else:
-                with self._lock:
-                    # Known, not yet stored (a trip whose write failed), is kept as well.
-                    known = {m: t for m, t in self._circuits.items() if t > now}
-                    for name, seconds in found.items():
-                        known[name] = max(known.get(name, 0.0), now + seconds)
-                    self._circuits = known
+            if read is not None and now - read < CIRCUIT_RECHECK_SECONDS:
+                return  # another thread has just read them
+            self._circuits_read = now  # the others go by what is known meanwhile
+        try:
+            found = self._store().open_circuits()
+        except Exception as exc:  # the call itself will meet the store's trouble
+            log.warning("the models' circuits could not be read: %s", exc)
+            return
         with self._lock:
-            closes = self._circuits.get(model)
-        return 0.0 if closes is None else max(closes - time.monotonic(), 0.0)
+            # Known, not yet stored (a trip whose write failed), is kept as well.
+            known = {m: t for m, t in self._circuits.items() if t > now}
+            for name, seconds in found.items():
+                known[name] = max(known.get(name, 0.0), now + seconds)
+            self._circuits = known  # replaced whole: a reader without the lock sees one
 
     def _trip(self, store: Store, model: str, seconds: float) -> None:
         """A rate limit with Retry-After: the circuit opens for every worker (in the store)
         and for this process at once (in what it knows)."""
         closes = time.monotonic() + seconds
         with self._lock:
-            self._circuits[model] = max(self._circuits.get(model, 0.0), closes)
+            known = dict(self._circuits)  # replaced whole: a reader without the lock sees one
+            known[model] = max(known.get(model, 0.0), closes)
+            self._circuits = known
         _open_circuit(store, model, seconds)
 
     def _reserve(
