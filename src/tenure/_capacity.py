@@ -7,8 +7,11 @@ usage after (or gives the reservation back when the call fails). No capacity now
 not made. A short wait (within `lease_seconds / 3`, while the lease keeper holds the lease) is
 waited here; a longer one raises `Throttled` and the segment parks the run, uncharged.
 
-A `rate_limit` failure carrying `Retry-After` opens the model's circuit in the store: every
-worker then finds no capacity until it closes, and a `Fallback` skips the model.
+A `rate_limit` failure carrying `Retry-After` opens the model's circuit in the store, with or
+without limits: every worker then finds no capacity until it closes, and a `Fallback` skips
+the model. A model without limits pays nothing for its circuit while it stays closed: its
+state is read from the store for all models at once, at most every `CIRCUIT_RECHECK_SECONDS`
+per process, and only a throttle costs a write.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
@@ -44,6 +48,11 @@ MIN_WAIT_SECONDS = 0.02
 # processes): callers that all wake the instant a bucket can pay would otherwise arrive just
 # before the provider's bucket can. It costs a little of the burst, none of the rate.
 HEADROOM_SECONDS = 1.0
+# How long a process trusts what it last read of the circuits before a call to a model
+# without limits reads them again (one statement for every model, whatever the number of
+# calls in between). A circuit another worker opens may be missed for this long: a call made
+# meanwhile meets the provider's own 429, which parks its run (uncharged) just the same.
+CIRCUIT_RECHECK_SECONDS = 1.0
 
 
 def prompt_text(call: ModelCall) -> str:
@@ -77,15 +86,20 @@ def estimate_tokens(call: ModelCall, provider: Any) -> int:
 
 
 class Capacity:
-    """The models registered with limits, and how a segment calls them."""
+    """The registered models' limits and circuits, and how a segment calls them."""
 
     def __init__(self, store: Callable[[], Store]) -> None:
         self._store = store
         self._limits: dict[str, Limits] = {}
-        # Providers registered under a limited name, by identity: how a `Fallback` member is
+        self._models: set[str] = set()
+        # Providers registered under a name, by identity: how a `Fallback` member is
         # recognised as that model (the provider is kept so that its id is never reused).
         self._named: dict[int, tuple[Provider, str]] = {}
         self._registered: set[tuple[str, str]] = set()  # (database, model) rows written
+        # The circuits known open (model -> monotonic time it closes) and when they were
+        # last read from the store (None: never): for the models without limits.
+        self._circuits: dict[str, float] = {}
+        self._circuits_read: float | None = None
         self._lock = threading.Lock()
 
     def add(self, name: str, provider: Provider, limits: Limits | None) -> None:
@@ -93,17 +107,23 @@ class Capacity:
             self._named = {k: v for k, v in self._named.items() if v[1] != name}
             self._limits.pop(name, None)
             self._registered = {r for r in self._registered if r[1] != name}
+            self._models.add(name)
+            self._named[id(provider)] = (provider, name)
             if limits is not None:
                 self._limits[name] = limits
-                self._named[id(provider)] = (provider, name)
-
-    @property
-    def active(self) -> bool:
-        """Some model has limits: calls go through here."""
-        return bool(self._limits)
 
     def limits(self) -> dict[str, Limits]:
         return dict(self._limits)
+
+    def names(self) -> set[str]:
+        """Every registered model, with limits or not."""
+        return set(self._models)
+
+    def forget_circuits(self) -> None:
+        """Another database: its circuits are read afresh at the next call."""
+        with self._lock:
+            self._circuits = {}
+            self._circuits_read = None
 
     def call(self, segment: Segment, provider: Provider, call: ModelCall) -> ModelReply:
         """Make the call when capacity allows: wait here while the wait is short (the lease
@@ -112,7 +132,8 @@ class Capacity:
         timeout = segment.engine.model_timeout(model)
         # An interactive run cannot be parked (no worker would pick it up): its caller waits.
         longest = timeout if segment.interactive else segment.lease_seconds / 3
-        call = replace(call, through=lambda p, c: self._member(segment, timeout, p, c))
+        if call.through is None:  # the segment sets it when it makes the call (no copy)
+            call = replace(call, through=lambda p, c: self.member(segment, p, c))
         waited = 0.0
         while True:
             try:
@@ -125,14 +146,14 @@ class Capacity:
                     raise Cancelled(f"run {segment.run_id} was lost while it waited") from None
                 waited += wait
 
-    def _member(
-        self, segment: Segment, timeout: float, provider: Provider, call: ModelCall
-    ) -> ModelReply:
-        """A `Fallback` member: through its model's capacity if it is a limited model,
-        never waited for (the next member may answer now)."""
+    def member(self, segment: Segment, provider: Provider, call: ModelCall) -> ModelReply:
+        """A `Fallback` member (`ModelCall.through`): through its model's capacity and
+        circuit if it is registered under a name, never waited for (the next member may
+        answer now), within the chain's deadline."""
         named = self._named.get(id(provider))
         if named is None or named[0] is not provider:
             return provider.complete(call)
+        timeout = segment.engine.model_timeout(call.request.model)
         return self._once(segment, named[1], provider, call, timeout, top=False)
 
     def _once(
@@ -147,7 +168,7 @@ class Capacity:
     ) -> ModelReply:
         limits = self._limits.get(model)
         if limits is None:
-            return _complete(segment, provider, call, timeout, top)
+            return self._unlimited(segment, model, provider, call, timeout, top)
         store = self._store()
         tokens = estimate_tokens(call, provider)
         # A reservation is held while its run holds its lease, and never longer than the
@@ -162,12 +183,73 @@ class Capacity:
             _settle(store, model, grant.reservation, tokens)  # nothing was used
             wait = retry_after(exc)
             if classify(exc) is FailureClass.RATE_LIMIT and wait is not None:
-                _open_circuit(store, model, wait)
+                self._trip(store, model, wait)
                 raise Throttled(model, wait, circuit=True) from exc
             raise
         used = reply.usage.input_tokens + reply.usage.output_tokens
         _settle(store, model, grant.reservation, tokens - used)
         return reply
+
+    def _unlimited(
+        self,
+        segment: Segment,
+        model: str,
+        provider: Provider,
+        call: ModelCall,
+        timeout: float,
+        top: bool,
+    ) -> ModelReply:
+        """A model without limits: nothing is counted, but its circuit is shared."""
+        closed_in = self._circuit_wait(model)
+        if closed_in > 0:
+            raise Throttled(model, closed_in, circuit=True)
+        try:
+            return _complete(segment, provider, call, timeout, top)
+        except Exception as exc:
+            wait = retry_after(exc)
+            # A zero Retry-After opens nothing: the failure goes through recovery's backoff.
+            if classify(exc) is FailureClass.RATE_LIMIT and wait:
+                self._trip(self._store(), model, wait)
+                raise Throttled(model, wait, circuit=True) from exc
+            raise
+
+    def _circuit_wait(self, model: str) -> float:
+        """Seconds until the model's circuit closes (0: closed), as last read from the store;
+        read again (every model's at once) when that is older than `CIRCUIT_RECHECK_SECONDS`."""
+        now = time.monotonic()
+        read = self._circuits_read  # no lock on the normal path: a stale look only reads
+        if read is None or now - read >= CIRCUIT_RECHECK_SECONDS:
+            self._read_circuits(now)
+        closes = self._circuits.get(model)
+        return 0.0 if closes is None else max(closes - time.monotonic(), 0.0)
+
+    def _read_circuits(self, now: float) -> None:
+        with self._lock:
+            read = self._circuits_read
+            if read is not None and now - read < CIRCUIT_RECHECK_SECONDS:
+                return  # another thread has just read them
+            self._circuits_read = now  # the others go by what is known meanwhile
+        try:
+            found = self._store().open_circuits()
+        except Exception as exc:  # the call itself will meet the store's trouble
+            log.warning("the models' circuits could not be read: %s", exc)
+            return
+        with self._lock:
+            # Known, not yet stored (a trip whose write failed), is kept as well.
+            known = {m: t for m, t in self._circuits.items() if t > now}
+            for name, seconds in found.items():
+                known[name] = max(known.get(name, 0.0), now + seconds)
+            self._circuits = known  # replaced whole: a reader without the lock sees one
+
+    def _trip(self, store: Store, model: str, seconds: float) -> None:
+        """A rate limit with Retry-After: the circuit opens for every worker (in the store)
+        and for this process at once (in what it knows)."""
+        closes = time.monotonic() + seconds
+        with self._lock:
+            known = dict(self._circuits)  # replaced whole: a reader without the lock sees one
+            known[model] = max(known.get(model, 0.0), closes)
+            self._circuits = known
+        _open_circuit(store, model, seconds)
 
     def _reserve(
         self, store: Store, model: str, limits: Limits, lease: Lease, tokens: int, hold: float
@@ -185,8 +267,10 @@ class Capacity:
         return grant
 
 
-def unused_model(name: str, limits: Limits, now: datetime) -> ModelState:
-    """A model with limits that no call has used on this database yet: full buckets."""
+def unused_model(name: str, limits: Limits | None, now: datetime) -> ModelState:
+    """A model that has no row on this database yet (no call used its limits, its circuit
+    never opened): full buckets, a closed circuit."""
+    limits = Limits() if limits is None else limits
     rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
     return ModelState(
         name=name,

@@ -30,7 +30,7 @@ def classify(exc: BaseException) -> FailureClass:
 
 def retry_after(exc: BaseException) -> float | None:
     """The server's requested wait in seconds, when the failure carried one, clamped to
-    `MAX_DELAY_SECONDS` (a server's header is not ours to trust; NaN or infinity is the
+    `MAX_RETRY_AFTER_SECONDS` (a server's header is not ours to trust; NaN or infinity is the
     ceiling)."""
     if isinstance(exc, ProviderError) and exc.retry_after is not None:
         # A value that is not a number at all is a provider's bug: it fails recovery.

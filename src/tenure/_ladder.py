@@ -72,7 +72,7 @@ class Engine:
     keeper: Keeper | None = None  # renews the leases of segments in flight (SPEC §15)
     model_timeouts: dict[str, float] = field(default_factory=dict)  # by model name
     deltas: DeltaPublisher | None = None  # publishes streaming calls' text (SPEC §18)
-    capacity: Capacity | None = None  # the models with limits (SPEC §17)
+    capacity: Capacity | None = None  # the models' limits and circuits (SPEC §17)
 
     def model_timeout(self, name: str) -> float:
         return self.model_timeouts.get(name, _policy.DEFAULT_MODEL_TIMEOUT)
@@ -261,6 +261,7 @@ class Segment(ToolSteps, Endings):
                 request=request,
                 abort=self._abort,
                 timeout=self.engine.model_timeout(request.model),
+                through=self._through,
             )
             reply = self._ask(provider, call)
             llm = NewEvent(EventKind.LLM, _llm_payload(reply))
@@ -291,10 +292,18 @@ class Segment(ToolSteps, Endings):
 
     def _call_model(self, provider: Provider, call: ModelCall) -> ModelReply:
         capacity = self.engine.capacity
-        if capacity is not None and capacity.active:
+        if capacity is not None:
             return capacity.call(self, provider, call)
         with self.step_deadline(self.engine.model_timeout(call.request.model)):
             return provider.complete(call)
+
+    def _through(self, provider: Provider, call: ModelCall) -> ModelReply:
+        """How a provider that calls others (`Fallback`) calls one of them: through that
+        model's capacity and circuit, when it is registered under a name."""
+        capacity = self.engine.capacity
+        if capacity is None:
+            return provider.complete(call)
+        return capacity.member(self, provider, call)
 
     @property
     def abort_signal(self) -> threading.Event:

@@ -18,10 +18,14 @@ DEFAULT_MAX_REQUEUES = 3
 DEFAULT_BACKOFF_BASE = 30.0
 DEFAULT_BACKOFF_CAP = 600.0
 MAX_ITERATIONS_CEILING = 20
-# The longest time tenure accepts anywhere a time is given (a delay, a lease, a backoff, a
-# timeout, a retention age) and the longest wait a server's Retry-After can impose: a year
-# and a day. Far past any real wait, and far inside what both stores can hold and read back.
+# The longest time tenure accepts anywhere a user gives a time (a delay, a lease, a backoff,
+# a timeout, a retention age): a year and a day. Far past any real wait, and far inside what
+# both stores can hold and read back.
 MAX_DELAY_SECONDS = 366 * 86400.0
+# The longest wait a server's Retry-After can impose: a day. A server's header is not a
+# user's choice: one bad header (a wrong clock, a bug) must not park a run, or close a model
+# for every worker, for a year.
+MAX_RETRY_AFTER_SECONDS = 86400.0
 # An age looks back from now (purge): a century stays well inside every store's timestamps.
 MAX_AGE_SECONDS = 100 * 366 * 86400.0
 # The deepest nesting of lists and objects accepted in a request's metadata or script.
@@ -99,11 +103,12 @@ def backoff(
 
 
 def clamp_wait(seconds: float) -> float:
-    """A wait someone else asked for (a server's Retry-After), within `[0, MAX_DELAY_SECONDS]`;
-    a wait that is not a number, or is infinite, is the ceiling."""
+    """A wait someone else asked for (a server's Retry-After), within
+    `[0, MAX_RETRY_AFTER_SECONDS]`; a wait that is not a number, or is infinite, is the
+    ceiling."""
     if not math.isfinite(seconds):
-        return 0.0 if seconds == -math.inf else MAX_DELAY_SECONDS
-    return min(max(seconds, 0.0), MAX_DELAY_SECONDS)
+        return 0.0 if seconds == -math.inf else MAX_RETRY_AFTER_SECONDS
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
 def _in_doubt(requeue_count: int, max_requeues: int, when: str) -> DeadLetter | InDoubt:

@@ -139,6 +139,7 @@ class Runtime:
         """Point this Runtime at another database (closes the current connection)."""
         self.close()
         self.database_url = database
+        self._capacity.forget_circuits()  # what was read of the other database's circuits
 
     @property
     def engine(self) -> Engine:
@@ -209,7 +210,8 @@ class Runtime:
         lease keeper renews the run's lease until then, and not after (SPEC §15).
 
         `limits` (`tenure.Limits`) caps what every worker on this database together sends
-        the model, and shares its circuit (SPEC §17); without it calls are not counted.
+        the model (SPEC §17); without it calls are not counted. Either way the model has a
+        circuit shared by every worker: a rate limit with Retry-After opens it.
 
         A provider whose `complete` is a coroutine function is awaited on the process's
         event loop; past `timeout` its call is cancelled and fails as a `timeout`."""
@@ -475,14 +477,16 @@ class Runtime:
         return self.store.runs(status, reason, queue, limit)
 
     def models(self) -> list[ModelState]:
-        """The shared capacity of every model with limits (SPEC §17): those this database
-        has a row for (registered by any worker) and this runtime's own, by name."""
+        """Every model's shared capacity and circuit (SPEC §17): those this database has a
+        row for (a model with limits, or one whose circuit has opened, in any worker) and
+        every model this runtime registered, with limits or not, by name."""
         found = {m.name: m for m in self.store.models()}
+        limits = self._capacity.limits()
         now = None
-        for name, limits in self._capacity.limits().items():
+        for name in self._capacity.names():
             if name not in found:
                 now = now or self.store.now()
-                found[name] = unused_model(name, limits, now)
+                found[name] = unused_model(name, limits.get(name), now)
         return [found[name] for name in sorted(found)]
 
     def reap(self, limit: int = DEFAULT_REAP_LIMIT) -> ReapReport:

@@ -1,5 +1,5 @@
-"""`tenure models` (SPEC §17): each model with limits, its calls in flight and its circuit,
-as a table or `--json`, from the real executable."""
+"""`tenure models` (SPEC §17): every model, with limits or not, its calls in flight and its
+circuit, as a table or `--json`, from the real executable."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def test_models_shows_limits_use_and_circuits(cli: Cli, runtime: tenure.Runtime)
     listed = cli("--app", "limited_app:rt", "models", "--json")
     assert listed.code == 0, listed.err
     by_name = {m["name"]: m for m in listed.json()}
-    assert sorted(by_name) == ["fast", "slow"]  # a model without limits has no capacity
-    fast, slow = by_name["fast"], by_name["slow"]
+    assert sorted(by_name) == ["fast", "free", "slow"]
+    fast, slow, free = by_name["fast"], by_name["slow"], by_name["free"]
     assert (fast["requests_per_minute"], fast["tokens_per_minute"], fast["concurrency"]) == (
         600,
         90000,
@@ -40,6 +40,13 @@ def test_models_shows_limits_use_and_circuits(cli: Cli, runtime: tenure.Runtime)
     assert fast["in_use"] == 0 and fast["circuit_open_until"] is None
     assert fast["requests_available"] == 60  # never called: a full bucket
     assert slow["concurrency"] == 2 and slow["in_use"] == 0
+    # A model without limits: nothing counted, its circuit closed.
+    assert [free[k] for k in ("requests_per_minute", "tokens_per_minute", "concurrency")] == [
+        None,
+        None,
+        None,
+    ]
+    assert free["in_use"] == 0 and free["circuit_open_until"] is None
     opened = datetime.fromisoformat(slow["circuit_open_until"])
     assert 250 < (opened - runtime.store.now()).total_seconds() <= 300
 
@@ -49,12 +56,37 @@ def test_models_shows_limits_use_and_circuits(cli: Cli, runtime: tenure.Runtime)
     assert header.split() == ["name", "requests/min", "tokens/min", "concurrency", "in", "use",
                               "circuit", "open", "until"]  # fmt: skip
     assert rows[0].split()[:5] == ["fast", "600", "90000", "-", "0"]
-    assert rows[1].split()[:5] == ["slow", "-", "-", "2", "0"]
-    assert opened.strftime("%Y-%m-%d %H:%M") in rows[1]
+    assert rows[1].split() == ["free", "-", "-", "-", "0"]
+    assert rows[2].split()[:5] == ["slow", "-", "-", "2", "0"]
+    assert opened.strftime("%Y-%m-%d %H:%M") in rows[2]
 
 
-def test_models_without_any_limits(cli: Cli) -> None:
-    shown = cli("models")
-    assert shown.code == 0 and shown.out.strip() == "no models with limits"
+def test_models_lists_a_model_without_limits_whose_circuit_the_store_knows(
+    cli: Cli, runtime: tenure.Runtime
+) -> None:
+    """Without `--app`: the built-in app's model, and a model some other worker registered
+    without limits whose circuit a 429 opened."""
+    runtime.store.open_circuit("gpt-elsewhere", 300)
+
     listed = cli("models", "--json")
+    assert listed.code == 0, listed.err
+    by_name = {m["name"]: m for m in listed.json()}
+    assert sorted(by_name) == ["default", "gpt-elsewhere"]
+    elsewhere = by_name["gpt-elsewhere"]
+    assert elsewhere["requests_per_minute"] is None and elsewhere["concurrency"] is None
+    opened = datetime.fromisoformat(elsewhere["circuit_open_until"])
+    assert 250 < (opened - runtime.store.now()).total_seconds() <= 300
+    assert by_name["default"]["circuit_open_until"] is None
+
+    shown = cli("models")
+    assert shown.code == 0, shown.err
+    row = next(r for r in shown.out.splitlines() if r.startswith("gpt-elsewhere"))
+    assert opened.strftime("%Y-%m-%d %H:%M") in row
+
+
+def test_models_of_an_app_without_models(cli: Cli) -> None:
+    (cli.cwd / "bare_app.py").write_text("import tenure\n\nrt = tenure.Runtime()\n")
+    shown = cli("--app", "bare_app:rt", "models")
+    assert shown.code == 0 and shown.out.strip() == "no models"
+    listed = cli("--app", "bare_app:rt", "models", "--json")
     assert listed.code == 0 and listed.json() == []

@@ -139,7 +139,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, reply: Reply) -> None:
         body = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-        self.send_response(reply.status)
+        # A reply may carry its own Date (a server whose clock is not ours): sent instead of
+        # the one send_response would add, never as a second one.
+        self.send_response_only(reply.status)
+        self.send_header("Server", self.version_string())
+        if not any(name.lower() == "date" for name in reply.headers):
+            self.send_header("Date", self.date_time_string())
         self.send_header("Content-Type", reply.content_type)
         self.send_header("Content-Length", str(len(body)))
         for name, value in reply.headers.items():

@@ -180,21 +180,24 @@ def test_not_retryable_failures_dead_letter_the_run(
     assert len(endpoint.requests) == 1
 
 
-def test_rate_limit_waits_at_least_retry_after(
+def test_a_rate_limit_with_retry_after_parks_the_run_uncharged_until_then(
     make_runtime: Callable[..., tenure.Runtime],
     make_anthropic: Callable[..., Anthropic],
     endpoint: Endpoint,
 ) -> None:
-    endpoint.push(api_error(429, "rate_limit_error", "slow down", retry_after="5"))
+    endpoint.push(api_error(429, "rate_limit_error", "slow down", retry_after="20"))
     rt, _ = setup(make_runtime, make_anthropic, endpoint)
     run_id = rt.enqueue(RunRequest(prompt="hi", model="claude"))
 
     result = rt.run_queued(run_id)
 
+    # Longer than lease / 3 (10 s): parked, not charged, until the server's time (SPEC §17).
     assert result is not None and result.outcome is Outcome.REQUEUED
     run = rt.status(run_id)
-    assert run is not None and run.error_class is FailureClass.RATE_LIMIT
-    assert (run.available_at - run.updated_at).total_seconds() == pytest.approx(5.0, abs=0.05)
+    assert run is not None and run.status is RunStatus.QUEUED and run.requeue_count == 0
+    parked = rt.events(run_id)[-1]
+    assert parked.kind is EventKind.THROTTLED and parked.payload["why"] == "circuit_open"
+    assert (run.available_at - run.updated_at).total_seconds() == pytest.approx(20.0, abs=0.05)
 
 
 # -- a stalled call, cancelled (SPEC §15) ------------------------------------------------------

@@ -14,7 +14,8 @@ import openai
 import pytest
 
 from tenure import FailureClass, ProviderError
-from tenure._classify import classify
+from tenure._classify import classify, retry_after
+from tenure._policy import MAX_RETRY_AFTER_SECONDS
 from tenure.providers.openai import MalformedResponse, classify_error, parse_retry_after
 
 URL = "http://127.0.0.1:9/v1/chat/completions"
@@ -169,7 +170,7 @@ def test_a_404_about_something_else_is_a_client_error() -> None:
         ({"retry-after-ms": "1500"}, 1.5),
         ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),
         ({"retry-after": formatdate(NOW + 30, usegmt=True)}, 30.0),
-        ({"retry-after": formatdate(NOW - 30, usegmt=True)}, 0.0),
+        ({"retry-after": formatdate(NOW - 30, usegmt=True)}, None),  # past: says nothing
         ({}, None),
         ({"retry-after": "soon"}, None),
         ({"retry-after": "-5"}, None),
@@ -181,6 +182,70 @@ def test_rate_limit_retry_after(headers: dict[str, str], expected: float | None)
     assert result.failure_class is FailureClass.RATE_LIMIT
     assert result.retry_after == expected
     assert parse_retry_after(headers, now=NOW) == expected
+
+
+def http_date(seconds: float) -> str:
+    return formatdate(seconds, usegmt=True)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        # The server's Date, not the worker's clock: a worker 10 minutes slow (the server's
+        # Date is 600 s ahead of `now`) or an hour fast waits what the server asked.
+        ({"retry-after": http_date(NOW + 630), "date": http_date(NOW + 600)}, 30.0),
+        ({"retry-after": http_date(NOW - 3570), "date": http_date(NOW - 3600)}, 30.0),
+        ({"Retry-After": http_date(NOW + 45), "Date": http_date(NOW)}, 45.0),
+        # A date before the server's own now is past, whatever the worker's clock says.
+        ({"retry-after": http_date(NOW + 60), "date": http_date(NOW + 120)}, None),
+        # A Date that cannot be read: the worker's clock is all there is.
+        ({"retry-after": http_date(NOW + 30), "date": "yesterday"}, 30.0),
+        ({"retry-after": http_date(NOW + 30), "date": "Tue, 01 Dec 2026 14:00:00"}, 30.0),
+    ],
+)
+def test_an_http_date_counts_from_the_servers_date(
+    headers: dict[str, str], expected: float | None
+) -> None:
+    assert parse_retry_after(headers, now=NOW) == expected
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"retry-after": "1e12"},
+        {"retry-after": "99999999999999999999"},
+        {"retry-after": "86401"},
+        {"retry-after-ms": "1e15"},
+        {"retry-after": http_date(NOW + 400 * 86400), "date": http_date(NOW)},
+        {"retry-after": "Fri, 31 Dec 9999 23:59:59 GMT"},
+    ],
+)
+def test_an_absurd_retry_after_is_clamped_to_a_day(headers: dict[str, str]) -> None:
+    assert parse_retry_after(headers, now=NOW) == MAX_RETRY_AFTER_SECONDS == 86400.0
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"retry-after": "-1"},
+        {"retry-after-ms": "-250"},
+        {"retry-after": "inf"},
+        {"retry-after": "tomorrow"},
+        {"retry-after": "Sun, 99 Foo 2026 25:61:00 GMT"},
+        {"retry-after": "Tue, 01 Dec 2026 14:00:00"},  # no zone: not an HTTP date
+        {"retry-after": ""},
+    ],
+)
+def test_a_retry_after_that_says_nothing_usable_is_none(headers: dict[str, str]) -> None:
+    assert parse_retry_after(headers, now=NOW) is None
+    assert classified(status_error(429, headers=headers)).retry_after is None
+
+
+def test_a_providers_own_retry_after_is_clamped_to_a_day() -> None:
+    """Whatever provider reported it (a custom one, a tool's RetryableError): at most a day."""
+    huge = ProviderError(FailureClass.RATE_LIMIT, "later", retry_after=400 * 86400.0)
+    assert retry_after(huge) == MAX_RETRY_AFTER_SECONDS
+    assert retry_after(ProviderError(FailureClass.RATE_LIMIT, "x", retry_after=90)) == 90
 
 
 def test_retry_after_is_ignored_outside_rate_limits() -> None:

@@ -223,20 +223,21 @@ def test_auth_failure_dead_letters_the_run(
     assert "Incorrect API key provided" in run.error
 
 
-def test_rate_limit_waits_at_least_retry_after(
+def test_a_rate_limit_with_retry_after_parks_the_run_uncharged_until_then(
     make_runtime: Callable[..., tenure.Runtime],
     make_provider: Callable[..., OpenAICompatible],
     endpoint: Endpoint,
 ) -> None:
-    endpoint.push(error(429, "Rate limit reached", retry_after="5"))
+    endpoint.push(error(429, "Rate limit reached", retry_after="20"))
     rt, _ = setup(make_runtime, make_provider, endpoint)
     run_id = rt.enqueue(RunRequest(prompt="hi", model="gpt"))
 
     result = rt.run_queued(run_id)
 
-    assert result is not None
-    assert result.outcome is Outcome.REQUEUED
+    # Longer than lease / 3 (10 s): parked, not charged, until the server's time (SPEC §17).
+    assert result is not None and result.outcome is Outcome.REQUEUED
     run = rt.status(run_id)
-    assert run is not None
-    assert run.error_class is FailureClass.RATE_LIMIT
-    assert (run.available_at - run.updated_at).total_seconds() == pytest.approx(5.0, abs=0.05)
+    assert run is not None and run.status is RunStatus.QUEUED and run.requeue_count == 0
+    parked = rt.events(run_id)[-1]
+    assert parked.kind is EventKind.THROTTLED and parked.payload["why"] == "circuit_open"
+    assert (run.available_at - run.updated_at).total_seconds() == pytest.approx(20.0, abs=0.05)

@@ -171,6 +171,27 @@ def test_error_statuses_are_classified(
     assert len(endpoint.requests) == 1  # the SDK's own retries are off
 
 
+def test_an_http_date_retry_after_counts_from_the_responses_date(
+    endpoint: Endpoint, make_provider: MakeProvider
+) -> None:
+    """A server whose clock is 10 minutes ahead of this worker's: it asks for 30 s, and 30 s
+    it is (by the worker's clock it would be 630 s)."""
+    from email.utils import formatdate
+
+    served = time.time() + 600
+    endpoint.push(
+        error(
+            429,
+            "slow down",
+            Retry_After=formatdate(served + 30, usegmt=True),
+            Date=formatdate(served, usegmt=True),
+        )
+    )
+    exc = failure(make_provider(endpoint.url))
+    assert exc.failure_class is FailureClass.RATE_LIMIT
+    assert exc.retry_after == 30.0
+
+
 @pytest.mark.parametrize(
     ("headers", "expected"),
     [

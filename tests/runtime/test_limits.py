@@ -172,13 +172,45 @@ def test_a_settled_call_charges_its_real_usage(make_runtime: MakeRuntime) -> Non
     assert state.tokens is not None and 6 - 15 <= state.tokens < 6 - 15 + 2
 
 
-def test_models_lists_limits_before_any_call(make_runtime: MakeRuntime) -> None:
+def test_models_lists_every_model_before_any_call(make_runtime: MakeRuntime) -> None:
     rt = make_runtime()
     rt.add_model("m", Scripted(), limits=Limits(requests_per_minute=30, concurrency=2))
     rt.add_model("free", Scripted())
-    (state,) = rt.models()
+    free, state = rt.models()
     assert state.name == "m" and state.limits == Limits(30, None, 2)
     assert state.in_use == 0 and state.requests == 3.0 and state.circuit_open_until is None
+    # A model without limits has no buckets, but a circuit all the same.
+    assert free.name == "free" and free.limits == Limits() and free.requests is None
+    assert free.in_use == 0 and free.circuit_open_until is None
+
+
+def test_models_lists_a_circuit_opened_by_another_worker_for_a_model_without_limits(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A model this runtime does not know, registered without limits by another worker:
+    listed once its circuit has opened in the store (its row is made then)."""
+    other, rt = make_runtime(lease_seconds=3.0), make_runtime()
+    other.add_model("elsewhere", Scripted())
+    storm = [{"fail": "rate_limit", "retry_after": 60, "attempts": [0]}, {"say": "ok"}]
+    run_id = other.enqueue(request("elsewhere", storm))
+    result = other.run_queued(run_id)
+    assert result is not None and result.outcome is Outcome.REQUEUED
+    (state,) = [m for m in rt.models() if m.name == "elsewhere"]
+    assert state.limits == Limits() and state.circuit_open_until is not None
+    assert 50 < (state.circuit_open_until - state.now).total_seconds() <= 60
+
+
+def test_fallback_skips_a_model_without_limits_whose_circuit_is_open(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime()
+    primary, backup = Counting("from primary"), Counting("from backup")
+    rt.add_model("primary", primary)
+    rt.add_model("backup", backup)
+    rt.add_model("chain", Fallback([primary, backup]))
+    rt.store.open_circuit("primary", 60)
+    answer = rt.run(request("chain"))
+    assert answer.output == "from backup" and (primary.calls, backup.calls) == (0, 1)
 
 
 def test_an_interactive_run_waits_instead_of_parking(make_runtime: MakeRuntime) -> None:
@@ -189,3 +221,19 @@ def test_an_interactive_run_waits_instead_of_parking(make_runtime: MakeRuntime) 
     started = time.monotonic()
     assert rt.run(request("m")).outcome is Outcome.COMPLETED
     assert time.monotonic() - started > 0.5
+
+
+def test_circuits_known_of_one_database_do_not_follow_the_runtime_to_another(
+    tmp_path: Any,
+) -> None:
+    """The circuits a process has read are its database's: `use_database` forgets them."""
+    with tenure.Runtime(f"sqlite:///{tmp_path / 'a.db'}", lease_seconds=3.0) as rt:
+        model = Counting()
+        rt.add_model("m", model)
+        rt.store.open_circuit("m", 60)
+        parked = rt.run_queued(rt.enqueue(request("m")))
+        assert parked is not None and parked.outcome is Outcome.REQUEUED and model.calls == 0
+        rt.use_database(f"sqlite:///{tmp_path / 'b.db'}")
+        answered = rt.run_queued(rt.enqueue(request("m")))
+        assert answered is not None and answered.outcome is Outcome.COMPLETED
+        assert model.calls == 1

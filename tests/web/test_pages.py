@@ -56,9 +56,13 @@ def test_runs_page_filters_and_pages(client: TestClient, rt: tenure.Runtime) -> 
     assert "no runs" in none.text
 
 
-def test_the_leases_page_shows_models_with_limits(client: TestClient, rt: tenure.Runtime) -> None:
+def test_the_leases_page_shows_every_model_and_its_circuit(
+    client: TestClient, rt: tenure.Runtime
+) -> None:
     login(client)
-    assert "<h2>Models</h2>" not in client.get("/leases").text  # none has limits yet
+    # A model without limits is listed too: no limits, its circuit closed.
+    free = client.get("/leases").text.split('data-model="default"', 1)[1].split("</tr>", 1)[0]
+    assert free.count(">-<") == 3 and "closed" in free
     rt.add_model("gpt", tenure.providers.Scripted(), limits=tenure.Limits(600, None, 4))
     rt.add_model("claude", tenure.providers.Scripted(), limits=tenure.Limits())
     rt.store.set_model_limits("claude", tenure.Limits())

@@ -184,7 +184,7 @@ def models(ctx: Context, args: argparse.Namespace) -> int:
     elif found:
         models_table(found)
     else:
-        out.print("no models with limits")
+        out.print("no models")
     return 0
 
 

@@ -233,7 +233,7 @@ def build(handlers: dict[str, Handler]) -> Parser:
     p.add_argument("--all", action="store_true", help="the stopped ones too")
     p.add_argument("--limit", type=positive_int, default=100, metavar="N")
     p.add_argument("--json", action="store_true", help="a JSON array of worker objects")
-    p = command("models", "models with limits: their limits, calls in flight and circuit")
+    p = command("models", "every model: its limits, calls in flight and circuit")
     p.add_argument("--json", action="store_true", help="a JSON array of model objects")
 
     p = command("status", "one run")

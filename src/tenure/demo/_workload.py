@@ -58,8 +58,11 @@ def _invoice_then_server_error(order: str, customer: str, amount: int) -> list[T
 
 
 def _rate_limited(order: str, customer: str, amount: int) -> list[Turn]:
+    # Retry-After opens the model's circuit for every worker; a wait past lease / 3 (the
+    # demo's lease is 2 s) parks the run, uncharged, and its next attempt is answered. (A
+    # shorter one is waited inside the segment, still attempt 0: the script would fail again.)
     return [
-        {"fail": "rate_limit", "attempts": [0], "retry_after": 0.3},
+        {"fail": "rate_limit", "attempts": [0], "retry_after": 1.0},
         _call("lookup_order", order_id=order),
         {"say": f"Order {order} is open."},
     ]

@@ -301,7 +301,11 @@ class Store(Protocol):
         the actual use; negative when it used more) go back to the bucket."""
 
     def open_circuit(self, model: str, seconds: float) -> None:
-        """Nobody calls the model for `seconds` (an open circuit is never shortened)."""
+        """Nobody calls the model for `seconds` (an open circuit is never shortened). A
+        model without a row gets one, without limits: its circuit alone."""
+
+    def open_circuits(self) -> dict[str, float]:
+        """Every model whose circuit is open now: the seconds until it closes."""
 
     def models(self, name: str | None = None) -> list[ModelState]:
         """Every model with a row (or that one), by name."""

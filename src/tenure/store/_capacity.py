@@ -86,6 +86,10 @@ class CapacityStore(SQLBase):
         params = {"model": model, "seconds": seconds}
         self._write(lambda cur: cur.execute(self._q["open_circuit"], params))
 
+    def open_circuits(self) -> dict[str, float]:
+        rows = self._read(self._q["open_circuits"], {})
+        return {str(name): float(seconds) for name, seconds in rows}
+
     def models(self, name: str | None = None) -> list[ModelState]:
         rows = self._read(self._q["model_capacity"], {"model": name})
         return [self._model_state(row) for row in rows]

@@ -743,12 +743,22 @@ UPDATE tenure_models m
 DELETE FROM tenure_model_reservations WHERE id = %(id)s;
 
 -- name: open_circuit
--- A rate limit with Retry-After: nobody calls the model for %(seconds)s (never shortened).
-UPDATE tenure_models
-   SET circuit_open_until = GREATEST(COALESCE(circuit_open_until, {now}),
+-- A rate limit with Retry-After: nobody calls the model for %(seconds)s (never shortened). A
+-- model without limits gets its row here, at its first throttle: no limits, only a circuit.
+INSERT INTO tenure_models AS m (name, refilled_at, circuit_open_until, updated_at)
+VALUES (%(model)s, {now}, {now} + make_interval(secs => %(seconds)s), {now})
+ON CONFLICT (name) DO UPDATE
+   SET circuit_open_until = GREATEST(COALESCE(m.circuit_open_until, {now}),
                                      {now} + make_interval(secs => %(seconds)s)),
-       updated_at = {now}
- WHERE name = %(model)s;
+       updated_at = {now};
+
+-- name: open_circuits
+-- Every circuit open now and the seconds until it closes, by the database's clock: what a
+-- worker checks before calling a model without limits (a small table: one row per model).
+WITH t AS (SELECT {now} AS now)
+SELECT m.name, EXTRACT(EPOCH FROM m.circuit_open_until - t.now)::double precision
+  FROM tenure_models m, t
+ WHERE m.circuit_open_until > t.now;
 
 -- name: model_capacity
 -- Each model's limits, its buckets' levels now, its calls in flight (only those whose run

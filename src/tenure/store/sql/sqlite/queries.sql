@@ -579,11 +579,21 @@ UPDATE tenure_models
 DELETE FROM tenure_model_reservations WHERE id = :id;
 
 -- name: open_circuit
--- A rate limit with Retry-After: nobody calls the model for :seconds (never shortened).
-UPDATE tenure_models
-   SET circuit_open_until = MAX(COALESCE(circuit_open_until, {now}), {now} + :seconds),
-       updated_at = {now}
- WHERE name = :model;
+-- A rate limit with Retry-After: nobody calls the model for :seconds (never shortened). A
+-- model without limits gets its row here, at its first throttle: no limits, only a circuit.
+INSERT INTO tenure_models (name, refilled_at, circuit_open_until, updated_at)
+VALUES (:model, {now}, {now} + :seconds, {now})
+ON CONFLICT (name) DO UPDATE
+   SET circuit_open_until = MAX(COALESCE(tenure_models.circuit_open_until, {now}),
+                                {now} + :seconds),
+       updated_at = {now};
+
+-- name: open_circuits
+-- Every circuit open now and the seconds until it closes, by the database's clock: what a
+-- worker checks before calling a model without limits (a small table: one row per model).
+SELECT name, circuit_open_until - {now}
+  FROM tenure_models
+ WHERE circuit_open_until > {now};
 
 -- name: model_capacity
 -- Each model's limits, its buckets' levels now, its calls in flight (only those whose run
