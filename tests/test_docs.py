@@ -95,3 +95,46 @@ def test_the_extractor_sees_a_not_run_mark() -> None:
     page = ROOT / "docs" / "web.md"
     marked = [b for b in blocks(page) if not b.run]
     assert marked and all("rt.work(" in b.code for b in marked)
+
+
+# -- the docs stand on their own, and point to everything ------------------------------------
+
+
+def _commands() -> list[str]:
+    """The subcommands `tenure --help` lists, from the real executable's parser."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tenure", "--help"], capture_output=True, text=True, check=True
+    )
+    block = done.stdout.split("COMMAND\n", 2)[-1].split("\noptions:")[0]
+    return [m.group(1) for m in re.finditer(r"^    (\w+)\s", block, re.M)]
+
+
+def test_the_readme_command_table_names_every_command() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = [line for line in readme.splitlines() if line.startswith("| `tenure ")]
+    commands = _commands()
+    assert len(commands) > 15, commands
+    missing = [c for c in commands if not any(f"`tenure {c}" in row for row in table)]
+    assert missing == [], f"README's command table lacks {missing}"
+
+
+def test_the_readme_links_every_doc_and_the_examples_readme_every_example() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    unlinked = [
+        p.name for p in sorted((ROOT / "docs").glob("*.md")) if f"(docs/{p.name}" not in readme
+    ]
+    assert unlinked == [], f"README links none of {unlinked}"
+    examples = (ROOT / "examples" / "README.md").read_text(encoding="utf-8")
+    unlisted = [
+        p.name for p in sorted((ROOT / "examples").glob("*.py")) if f"`{p.name}`" not in examples
+    ]
+    assert unlisted == [], f"examples/README.md lists none of {unlisted}"
+
+
+def test_no_page_points_to_a_specification_that_is_not_shipped() -> None:
+    pages = [*PAGES, ROOT / "examples" / "README.md"]
+    citing = [p.name for p in pages if re.search(r"SPEC ?§", p.read_text(encoding="utf-8"))]
+    assert citing == [], f"{citing} cite sections of a specification readers do not have"
