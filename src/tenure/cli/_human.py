@@ -80,20 +80,20 @@ def submit_input(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def add_parsers(command: Any) -> None:
-    from tenure.cli._parser import positive_int  # the parser module imports this one
+    from tenure.cli._parser import limit_int  # the parser module imports this one
 
     p = command("pending", "runs waiting for an approval or for input, with their calls")
-    p.add_argument("--limit", type=positive_int, default=100, metavar="N")
+    p.add_argument("--limit", type=limit_int, default=100, metavar="N", help="at most N runs")
     p.add_argument("--json", action="store_true", help="a JSON array of run objects")
 
     p = command("approve", "approve (or --deny) the held calls of a waiting run")
-    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("run_id", metavar="RUN", help="the run's id")
     p.add_argument("--deny", action="store_true", help="deny: the model is told it was refused")
     p.add_argument("--by", required=True, metavar="NAME", help="who decides")
     p.add_argument("--note", metavar="TEXT", help="a note the model sees with a denial")
 
     p = command("input", "submit the values a waiting run asks for")
-    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("run_id", metavar="RUN", help="the run's id")
     p.add_argument("--by", required=True, metavar="NAME", help="who submits")
     p.add_argument("--values", required=True, metavar="FILE.json", help="a JSON object")
 

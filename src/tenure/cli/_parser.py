@@ -6,12 +6,19 @@ import argparse
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rich.text import Text
 
 from tenure import RunStatus, TerminationReason, __version__
-from tenure._policy import MAX_AGE_SECONDS, MAX_DELAY_SECONDS
+from tenure._policy import (
+    DEFAULT_BACKOFF_BASE,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_REQUEUES,
+    MAX_AGE_SECONDS,
+    MAX_DELAY_SECONDS,
+    MAX_ITERATIONS_CEILING,
+)
 from tenure.cli._human import add_parsers as add_human_parsers
 from tenure.cli._output import err
 
@@ -19,8 +26,29 @@ DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the help already says it or there is
+    nothing to show (a flag, an option that is off unless given)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or "default" in text
+            or default in (None, False, argparse.SUPPRESS)
+            or default == []
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that reports a usage mistake in one line, exit code 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         if message.startswith("unrecognized arguments:") and _names_a_global(message):
@@ -78,31 +106,47 @@ def duration(text: str) -> float:
 
 # Whole numbers end up in 64-bit database columns and parameters.
 MAX_INT = 2**63 - 1
+# A TCP port: the socket layer takes a larger number modulo 65536 (70000 listens on 4464).
+MAX_PORT = 65535
+# Slots are threads of one process: far past what one process serves, far short of what
+# exhausts it.
+MAX_SLOTS = 10_000
+# Rows a listing or a reaper pass reads at once.
+MAX_LIMIT = 1_000_000
+# Processes the crash harness starts at once to decide one waiting run.
+MAX_DECIDERS = 64
+MAX_DEMO_RUNS = 100_000
 
 
-def _whole(text: str, low: int) -> int:
+def _whole(text: str, low: int, high: int = MAX_INT) -> int:
     try:
         value = int(text)
     except ValueError:
         value = low - 1
-    if not low <= value <= MAX_INT:
+    if not low <= value <= high:
         raise argparse.ArgumentTypeError(
-            f"expected a whole number from {low} to {MAX_INT}, got {text!r}"
+            f"expected a whole number from {low} to {high}, got {text!r}"
         )
     return value
 
 
-def positive_int(text: str) -> int:
-    return _whole(text, 1)
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high`."""
+
+    def parse(text: str) -> int:
+        return _whole(text, low, high)
+
+    parse.__name__ = f"whole number from {low} to {high}"
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    return _whole(text, 0)
-
-
-def sequence_int(text: str) -> int:
-    """An event sequence to read after: -1 (from the start) or more."""
-    return _whole(text, -1)
+positive_int = whole_number(1, MAX_INT)
+non_negative_int = whole_number(0, MAX_INT)
+# An event sequence to read after: -1 (from the start) or more.
+sequence_int = whole_number(-1, MAX_INT)
+limit_int = whole_number(1, MAX_LIMIT)
+slots_int = whole_number(1, MAX_SLOTS)
+port_int = whole_number(1, MAX_PORT)
 
 
 def _number(text: str, *, allow_zero: bool) -> float:
@@ -147,9 +191,15 @@ def _request_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a JSON array of turns for the scripted model ('-' reads standard input)",
     )
-    p.add_argument("--queue", default="default", metavar="Q")
+    p.add_argument("--queue", default="default", metavar="Q", help="the queue it waits on")
     p.add_argument("--idempotency-key", metavar="K", help="enqueue at most one run per key")
-    p.add_argument("--max-iterations", type=positive_int, default=10, metavar="N")
+    p.add_argument(
+        "--max-iterations",
+        type=whole_number(1, MAX_ITERATIONS_CEILING),
+        default=10,
+        metavar="N",
+        help="model turns the run may take",
+    )
 
 
 def build(handlers: dict[str, Handler]) -> Parser:
@@ -190,26 +240,39 @@ def build(handlers: dict[str, Handler]) -> Parser:
     p = command("worker", "work the queue; SIGTERM or Ctrl-C drains it gracefully")
     p.add_argument(
         "--concurrency",
-        type=positive_int,
+        type=slots_int,
         default=4,
         metavar="N",
-        help="how many runs this worker executes at once (default 4)",
+        help="how many runs this worker executes at once",
     )
     p.add_argument(
-        "--queue", dest="queues", action="append", metavar="Q", help="only this queue (repeatable)"
+        "--queue",
+        dest="queues",
+        action="append",
+        metavar="Q",
+        help="only this queue (repeatable; default: every queue)",
     )
     p.add_argument("--burst", action="store_true", help="stop when nothing is runnable now")
     p.add_argument(
-        "--lease-seconds", type=positive_seconds, metavar="S", help="override the app's lease"
+        "--lease-seconds",
+        type=positive_seconds,
+        metavar="S",
+        help=f"override the app's lease (default: the app's, {DEFAULT_LEASE_SECONDS:g} "
+        "unless it sets one)",
     )
     p.add_argument(
         "--backoff-base",
         type=positive_seconds,
         metavar="S",
-        help="override the app's retry backoff base",
+        help="override the app's retry backoff base "
+        f"(default: the app's, {DEFAULT_BACKOFF_BASE:g} unless it sets one)",
     )
     p.add_argument(
-        "--poll-interval", type=positive_seconds, default=1.0, metavar="S", help="idle polling"
+        "--poll-interval",
+        type=positive_seconds,
+        default=1.0,
+        metavar="S",
+        help="seconds between looks at an idle queue",
     )
     p.add_argument(
         "--grace-seconds",
@@ -220,28 +283,39 @@ def build(handlers: dict[str, Handler]) -> Parser:
     )
 
     p = command("reap", "one reaper pass over runs whose lease expired; prints the counts")
-    p.add_argument("--limit", type=positive_int, default=50, metavar="N")
+    p.add_argument("--limit", type=limit_int, default=50, metavar="N", help="runs looked at")
 
     p = command("runs", "a table of runs, newest first")
-    p.add_argument("--status", choices=[s.value for s in RunStatus], metavar="S")
-    p.add_argument("--reason", choices=[r.value for r in TerminationReason], metavar="R")
-    p.add_argument("--queue", metavar="Q")
-    p.add_argument("--limit", type=positive_int, default=100, metavar="N")
+    p.add_argument(
+        "--status",
+        choices=[s.value for s in RunStatus],
+        metavar="S",
+        help="only runs in this status: " + ", ".join(s.value for s in RunStatus),
+    )
+    p.add_argument(
+        "--reason",
+        choices=[r.value for r in TerminationReason],
+        metavar="R",
+        help="only runs that ended for this reason: "
+        + ", ".join(r.value for r in TerminationReason),
+    )
+    p.add_argument("--queue", metavar="Q", help="only runs of this queue")
+    p.add_argument("--limit", type=limit_int, default=100, metavar="N", help="at most N runs")
     p.add_argument("--json", action="store_true", help="a JSON array of run objects")
 
     p = command("workers", "worker processes: state (dead when its heartbeat is overdue), slots")
     p.add_argument("--all", action="store_true", help="the stopped ones too")
-    p.add_argument("--limit", type=positive_int, default=100, metavar="N")
+    p.add_argument("--limit", type=limit_int, default=100, metavar="N", help="at most N workers")
     p.add_argument("--json", action="store_true", help="a JSON array of worker objects")
     p = command("models", "every model: its limits, calls in flight and circuit")
     p.add_argument("--json", action="store_true", help="a JSON array of model objects")
 
     p = command("status", "one run")
-    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("run_id", metavar="RUN", help="the run's id")
     p.add_argument("--json", action="store_true", help="the run as a JSON object")
 
     p = command("events", "a run's events")
-    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("run_id", metavar="RUN", help="the run's id")
     p.add_argument(
         "--after", type=sequence_int, default=-1, metavar="N", help="only sequences above N"
     )
@@ -253,10 +327,10 @@ def build(handlers: dict[str, Handler]) -> Parser:
     )
 
     p = command("cancel", "cancel a run that has not ended")
-    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("run_id", metavar="RUN", help="the run's id")
 
     p = command("redrive", "send a dead-lettered run back to the queue with a fresh budget")
-    p.add_argument("run_id", metavar="RUN", nargs="?")
+    p.add_argument("run_id", metavar="RUN", nargs="?", help="the run's id")
     p.add_argument(
         "--force",
         action="store_true",
@@ -278,18 +352,22 @@ def build(handlers: dict[str, Handler]) -> Parser:
         "--ledger", metavar="FILE", help="an external ledger: lines RUN_ID IDEMPOTENCY_KEY [TOKEN]"
     )
     p.add_argument(
-        "--max-requeues", type=non_negative_int, metavar="N", help="override the app's budget"
+        "--max-requeues",
+        type=non_negative_int,
+        metavar="N",
+        help="override the app's requeue budget "
+        f"(default: the app's, {DEFAULT_MAX_REQUEUES} unless it sets one)",
     )
     p.add_argument(
         "--stranded-after",
         type=seconds,
         metavar="S",
-        help="a lease expired longer ago than S seconds is a violation",
+        help="a lease expired longer ago than S seconds is a violation (default: no such check)",
     )
 
     p = command("serve", "the HTTP API, the dashboard and /metrics (the web extra)")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
-    p.add_argument("--port", type=positive_int, default=8000, metavar="N")
+    p.add_argument("--port", type=port_int, default=8000, metavar="N", help="the TCP port")
     p.add_argument(
         "--public-read",
         action="store_true",
@@ -306,9 +384,10 @@ def build(handlers: dict[str, Handler]) -> Parser:
     p.add_argument("--otel", action="store_true", help="OpenTelemetry spans per run and step")
     p.add_argument(
         "--work",
-        type=positive_int,
+        type=slots_int,
         metavar="N",
-        help="also work the queue here with N slots (their segments show on /metrics)",
+        help="also work the queue here with N slots (their segments show on /metrics; "
+        "default: no worker)",
     )
 
     add_human_parsers(command)
@@ -328,21 +407,23 @@ def build(handlers: dict[str, Handler]) -> Parser:
     )
     p.add_argument(
         "--deciders",
-        type=positive_int,
+        type=whole_number(1, MAX_DECIDERS),
         default=3,
         metavar="K",
-        help="processes deciding a waiting run at once (default 3)",
+        help="processes deciding a waiting run at once",
     )
     p.add_argument("--json", action="store_true", help="the verdicts as a JSON array")
 
     p = command("demo", "the main job: scripted runs, two workers, one killed, an audit")
     p.add_argument(
         "--runs",
-        type=positive_int,
+        type=whole_number(1, MAX_DEMO_RUNS),
         default=300,
         metavar="N",
-        help="queued runs (default 300); four interactive runs are added",
+        help="queued runs; four interactive runs are added",
     )
-    p.add_argument("--concurrency", type=positive_int, default=8, metavar="N", help="per worker")
-    p.add_argument("--seed", type=int, default=7, metavar="N", help="the workload's mix")
+    p.add_argument("--concurrency", type=slots_int, default=8, metavar="N", help="per worker")
+    p.add_argument(
+        "--seed", type=non_negative_int, default=7, metavar="N", help="the workload's mix"
+    )
     return parser
