@@ -71,12 +71,40 @@ def load_app(spec: str | None) -> Runtime:
     return found
 
 
-class Context:
-    """What every command gets: its arguments and, on first use, the app on its database."""
+def require_sqlite_file(url: str) -> None:
+    """A SQLite database named by `url` exists, or a one-line error naming its path.
 
-    def __init__(self, app_spec: str | None, database: str | None) -> None:
+    Checked before anything connects: connecting creates the file, so a misspelt path would
+    read as an empty database ("no runs") and leave that empty file behind."""
+    if not url.startswith("sqlite:"):
+        return
+    from tenure.store.sqlite import parse_url
+
+    try:
+        path = parse_url(url)[0]
+    except ValueError:
+        return  # opening the store says what is wrong with the URL
+    if not os.path.exists(path):
+        raise CliError(
+            f"database file {path!r} does not exist (check the path; `tenure init` creates one)"
+        )
+
+
+class Context:
+    """What every command gets: its arguments and, on first use, the app on its database.
+
+    `existing`: the command only reads, so a SQLite file that is not there is an error
+    rather than a new, empty database."""
+
+    def __init__(
+        self,
+        app_spec: str | None,
+        database: str | None,
+        existing: bool = False,
+    ) -> None:
         self.app_spec = app_spec
         self.database = database
+        self.existing = existing
         self._app: Runtime | None = None
 
     @property
@@ -85,6 +113,8 @@ class Context:
             app = load_app(self.app_spec)
             if self.database:
                 app.use_database(self.database)
+            if self.existing:
+                require_sqlite_file(app.database_url)
             self._app = app
         return self._app
 

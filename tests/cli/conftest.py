@@ -128,6 +128,12 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+def no_runs(cli: Cli) -> bool:
+    """Nothing was enqueued: no database file (a command that writes creates it), or one
+    without runs."""
+    return not (cli.cwd / "tenure.db").exists() or cli("runs", "--json").json() == []
+
+
 def one_line_error(result: Result) -> str:
     """A user mistake: a one-line message on stderr, nothing on stdout, no traceback."""
     assert "Traceback" not in result.err

@@ -57,6 +57,7 @@ def test_serve_on_a_base_install_names_the_extra_to_install(cli: Cli, tmp_path: 
 
 
 def test_serve_on_a_port_in_use_is_one_line_and_exit_1(cli: Cli) -> None:
+    assert cli("init").code == 0
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)

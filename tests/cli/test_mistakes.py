@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import INVOICE_SCRIPT, Cli, one_line_error
+from .conftest import INVOICE_SCRIPT, Cli, no_runs, one_line_error
 
 MISSING = "0b0e7a5c-0000-4000-8000-000000000000"
 
@@ -24,6 +24,7 @@ MISSING = "0b0e7a5c-0000-4000-8000-000000000000"
     ],
 )
 def test_unknown_run_id(cli: Cli, command: list[str]) -> None:
+    assert cli("init").code == 0
     result = cli(*command, MISSING)
     assert result.code == 1
     assert one_line_error(result) == f"tenure: no run with id {MISSING!r}"
@@ -47,7 +48,7 @@ def test_malformed_script_file(cli: Cli, content: str, expected: str) -> None:
         assert result.code == 2
         line = one_line_error(result)
         assert line.startswith(f"tenure: --script {path}: ") and expected in line
-    assert not (cli.cwd / "tenure.db").exists() or cli("runs", "--json").json() == []
+    assert no_runs(cli)
 
 
 def test_missing_script_file(cli: Cli) -> None:
@@ -66,7 +67,7 @@ def test_unknown_tool_or_model(cli: Cli, option: str, name: str, kind: str) -> N
         result = cli(command, "--prompt", "p", option, name, "--script", script)
         assert result.code == 2
         assert one_line_error(result).startswith(f"tenure: unknown {kind} {name!r}")
-    assert cli("runs", "--json").json() == []
+    assert no_runs(cli)
 
 
 def _not_a_database(tmp: Path) -> str:
@@ -164,7 +165,7 @@ def test_text_that_is_not_utf8(cli: Cli, option: str, value: str) -> None:
         result = cli(command, *args, "--script", cli.script([{"say": "hi"}]))
         assert result.code == 2
         assert "not valid UTF-8" in one_line_error(result)
-    assert cli("runs", "--json").json() == []
+    assert no_runs(cli)
 
 
 @pytest.mark.parametrize(
@@ -185,7 +186,7 @@ def test_script_text_or_depth_refused(cli: Cli, content: str, expected: str) -> 
         result = cli(command, "--prompt", "p", "--script", str(path))
         assert result.code == 2
         assert expected in one_line_error(result)
-    assert cli("runs", "--json").json() == []
+    assert no_runs(cli)
 
 
 @pytest.mark.parametrize(

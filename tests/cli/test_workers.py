@@ -19,6 +19,7 @@ def listed(cli: Cli, *options: str) -> list[dict[str, Any]]:
 
 def test_no_workers_yet(tmp_path: Path, db_url: str) -> None:
     cli = Cli(tmp_path, db_url)
+    assert cli("init").code == 0
     result = cli("workers")
     assert result.code == 0 and result.out.strip() == "no workers (--all shows the stopped ones)"
     assert listed(cli) == []

@@ -35,13 +35,18 @@ def _env(token: str | None) -> dict[str, str]:
 
 def _serve(tmp_path: Path, token: str | None, *extra: str) -> tuple[subprocess.Popen[str], str]:
     port = _free_port()
+    database = f"sqlite:///{tmp_path / 'serve.db'}"
+    # `tenure serve` refuses a SQLite file that does not exist (a misspelt path).
+    subprocess.run(
+        [sys.executable, "-m", "tenure", "--database", database, "init"], check=True, timeout=60
+    )
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "tenure",
             "--database",
-            f"sqlite:///{tmp_path / 'serve.db'}",
+            database,
             "serve",
             "--port",
             str(port),

@@ -24,6 +24,9 @@ __all__ = ["main"]
 # Options that name a file: any bytes the file system allows.
 _PATH_OPTIONS = frozenset({"script", "ledger", "values", "scenarios"})
 _SHOWN = {"tools": "--tool", "queues": "--queue", "run_id": "RUN"}
+# Commands that only read: on SQLite, a file that is not there is a mistake, not a new
+# database. (`serve` checks it too, after its own usage checks.)
+READ_ONLY = frozenset({"runs", "status", "events", "audit", "pending", "models", "workers"})
 
 
 def _check_text_arguments(args: argparse.Namespace) -> None:
@@ -47,7 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    ctx = Context(args.app, args.database)
+    ctx = Context(
+        args.app,
+        args.database,
+        existing=args.command in READ_ONLY,
+    )
     try:
         _check_text_arguments(args)
         code: int = args.handler(ctx, args)

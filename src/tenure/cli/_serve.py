@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import Any
 
-from tenure._command import CliError, Context, UsageError
+from tenure._command import CliError, Context, UsageError, require_sqlite_file
 from tenure.cli._output import err
 
 # What the web extra brings: a base install that lacks one of them cannot serve.
@@ -42,6 +42,11 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
     tracing = _tracing(args.otel)
     token = os.environ.get(TOKEN_VARIABLE, "").strip() or None
     hosts = _allowed_hosts(args.host, args.allowed_host)
+    # A server on a misspelt path would show an empty dashboard and queue runs that no worker
+    # reads: refused like the commands that only read. Checked before `create_app`, which
+    # connects, and not when it is about to refuse to serve without a token (a usage error).
+    if token or args.public_read:
+        require_sqlite_file(ctx.app.database_url)
     try:
         app = create_app(
             ctx.app,
