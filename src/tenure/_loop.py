@@ -21,9 +21,7 @@ why, which a worker reads to stop claiming.
 from __future__ import annotations
 
 import _thread
-import asyncio
 import atexit
-import concurrent.futures
 import contextlib
 import logging
 import os
@@ -31,10 +29,16 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tenure._errors import Cancelled, ProviderError
 from tenure._types import FailureClass
+
+# asyncio is imported where the loop is used: most processes (every `tenure` command that
+# runs no async tool) never start it, and importing it was a fifth of importing tenure.
+if TYPE_CHECKING:
+    import asyncio
+    import concurrent.futures
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -92,12 +96,16 @@ class _Aborts:
     def watch(self, task: asyncio.Future[Any], abort: threading.Event) -> None:
         self.watched[task] = abort
         if self.poller is None or self.poller.done():
+            import asyncio
+
             self.poller = asyncio.get_running_loop().create_task(self._poll())
 
     def unwatch(self, task: asyncio.Future[Any]) -> None:
         self.watched.pop(task, None)
 
     async def _poll(self) -> None:
+        import asyncio
+
         while self.watched:
             await asyncio.sleep(ABORT_POLL_SECONDS)
             for task, abort in list(self.watched.items()):
@@ -108,6 +116,8 @@ class _Aborts:
 
 class _LoopThread:
     def __init__(self) -> None:
+        import asyncio
+
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self.aborts = _Aborts()
@@ -130,6 +140,8 @@ class _LoopThread:
         return not self.dead and self.thread.is_alive()
 
     def _run(self) -> None:
+        import asyncio
+
         asyncio.set_event_loop(self.loop)
         cause: BaseException | None = None
         try:
@@ -180,6 +192,8 @@ class _LoopThread:
             return  # a loop that stopped and closed refuses it; its calls were failed already
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        import asyncio
+
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def stop(self) -> None:
@@ -208,6 +222,8 @@ def _close_soon(
 
 
 async def _close_all(things: list[PerLoop[Any]], loop: asyncio.AbstractEventLoop) -> None:
+    import asyncio
+
     closing = [asyncio.ensure_future(thing.close_on(loop)) for thing in things]
     if closing:
         await asyncio.wait(closing, timeout=CLEANUP_SECONDS)
@@ -215,6 +231,8 @@ async def _close_all(things: list[PerLoop[Any]], loop: asyncio.AbstractEventLoop
 
 async def _end_tasks(seconds: float) -> None:
     """Cancel every other task of the loop and give them `seconds` to end."""
+    import asyncio
+
     me = asyncio.current_task()
     tasks = [t for t in asyncio.all_tasks() if t is not me]
     for task in tasks:
@@ -412,6 +430,8 @@ class _Call(Generic[T]):
     async def _drive(self, owner: _LoopThread) -> None:
         # The waiting thread is woken from inside the task's last step, not from a done
         # callback, which would cost the loop one more turn.
+        import asyncio
+
         self.started = True
         try:
             result = await self.coro
@@ -472,6 +492,8 @@ class PerLoop(Generic[R]):
 
     def get(self) -> R:
         """The running loop's own, made if it has none yet."""
+        import asyncio
+
         loop = asyncio.get_running_loop()
         if self._value is None or self._loop is not loop:
             self._forget()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tenure import _json
 from tenure._errors import InvalidRequest, UnknownModel
@@ -37,28 +37,35 @@ def validate(
     return request
 
 
-class _Types(BaseModel):
-    """The type of every RunRequest field (values and limits are checked after)."""
+@functools.cache
+def _types() -> Any:
+    """A pydantic model of every RunRequest field's type (values and limits are checked
+    after); built on first use, so that importing tenure does not wait for pydantic."""
+    from pydantic import BaseModel, ConfigDict
 
-    model_config = ConfigDict(strict=True, extra="forbid")
+    class _Types(BaseModel):
+        model_config = ConfigDict(strict=True, extra="forbid")
 
-    prompt: str
-    model: str
-    tools: tuple[str, ...]
-    max_iterations: int
-    queue: str
-    idempotency_key: str | None
-    metadata: dict[str, Any]
-    script: Any  # checked by parse_script, with messages that name the turn
-    system: str | None
-    max_tokens: int | None
-    max_cost: float | int | None
+        prompt: str
+        model: str
+        tools: tuple[str, ...]
+        max_iterations: int
+        queue: str
+        idempotency_key: str | None
+        metadata: dict[str, Any]
+        script: Any  # checked by parse_script, with messages that name the turn
+        system: str | None
+        max_tokens: int | None
+        max_cost: float | int | None
+
+    return _Types
 
 
 def _plain_types(r: RunRequest) -> bool:
-    """Whether every field has exactly a type that `_Types` accepts: the common case, checked
-    without building a model. Anything else (a subclass, a wrong type) goes to pydantic, which
-    accepts or refuses it with its own message, so this shortcut never accepts more."""
+    """Whether every field has exactly a type that `_types()` accepts: the common case,
+    checked without building a model. Anything else (a subclass, a wrong type) goes to
+    pydantic, which accepts or refuses it with its own message, so this shortcut never
+    accepts more."""
     return (
         type(r.prompt) is str
         and type(r.model) is str
@@ -78,8 +85,10 @@ def _plain_types(r: RunRequest) -> bool:
 def _check_types(r: RunRequest) -> None:
     if _plain_types(r):
         return
+    from pydantic import ValidationError
+
     try:
-        _Types.model_validate({f: getattr(r, f) for f in _FIELDS})
+        _types().model_validate({f: getattr(r, f) for f in _FIELDS})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = first["loc"][0] if first["loc"] else "request"

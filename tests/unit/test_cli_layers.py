@@ -46,3 +46,18 @@ def test_importing_a_lower_layer_loads_no_command_line(module: str) -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+# Each of these took a tenth of a second or more of every command's start (`tenure --help`
+# waited 1-2 s): they are imported where they are used.
+HEAVY_AT_START = ("pydantic", "jsonschema", "asyncio", "rich.progress", "psycopg", "openai")
+
+
+@pytest.mark.parametrize("module", ["tenure", "tenure.cli"])
+def test_starting_the_command_line_imports_nothing_heavy(module: str) -> None:
+    code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = done.stdout.split()
+    assert "tenure.runtime" in loaded
+    heavy = [m for m in loaded if m.partition(".")[0] in HEAVY_AT_START or m in HEAVY_AT_START]
+    assert not heavy, heavy

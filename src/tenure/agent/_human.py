@@ -12,18 +12,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, best_match
-from jsonschema.exceptions import ValidationError as SchemaViolation
-from pydantic import BaseModel, ValidationError
-from referencing.exceptions import Unresolvable
-
 from tenure._errors import InvalidRequest
 from tenure._policy import check_seconds
 from tenure._types import RunStatus, ToolEffect
 from tenure.agent._journal import Journal, PendingCall
 
+# jsonschema and pydantic are imported where a schema is checked: importing tenure (and
+# starting every `tenure` command) does not wait for them.
 if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError as SchemaViolation
+    from pydantic import BaseModel
+
     from tenure.agent._tools import Tool
 
 # Keywords whose value is short enough to quote in an error; the rest are named only.
@@ -81,7 +80,7 @@ def make_gate(
         approval_timeout = check_seconds(f"tool {tool_name}: approval_timeout", approval_timeout)
     model: type[BaseModel] | None = None
     schema: dict[str, Any] | None = None
-    if isinstance(input_schema, type) and issubclass(input_schema, BaseModel):
+    if isinstance(input_schema, type) and issubclass(input_schema, _base_model()):
         model = input_schema
         schema = input_schema.model_json_schema()
     elif isinstance(input_schema, dict):
@@ -98,6 +97,9 @@ def make_gate(
 def _check_schema(tool_name: str, schema: dict[str, Any]) -> None:
     """Refuse a schema that is not valid JSON Schema, or that accepts anything: a person's
     input must have a declared shape."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
@@ -130,6 +132,8 @@ def validate_input(
     keys = declared_keys(schema)
     kept: dict[str, Any] = {k: v for k, v in values.items() if k in keys}
     if model is not None:
+        from pydantic import ValidationError
+
         try:
             model.model_validate(kept)
         except ValidationError as exc:
@@ -147,6 +151,10 @@ def validate_input(
 def _first_violation(schema: dict[str, Any], values: dict[str, Any]) -> str | None:
     # The schema comes from the run's stored waiting state: it was checked when its tool
     # was registered, but a stored row is checked again rather than trusted.
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError, best_match
+    from referencing.exceptions import Unresolvable
+
     try:
         Draft202012Validator.check_schema(schema)
         # The draft's own checker: a bare FormatChecker() mixes in Draft 3's `time`, which
@@ -168,6 +176,12 @@ def _rule(error: SchemaViolation) -> str:
     if error.validator in _QUOTED_RULES:
         return f"does not satisfy {error.validator} {error.validator_value!r}"
     return f"does not satisfy {error.validator}"
+
+
+def _base_model() -> type[BaseModel]:
+    from pydantic import BaseModel
+
+    return BaseModel
 
 
 def _where(path: Any, whole: str) -> str:

@@ -20,21 +20,7 @@ import re
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PydanticSchemaGenerationError,
-    PydanticUserError,
-    ValidationError,
-    create_model,
-)
-from pydantic.fields import FieldInfo
-from pydantic_core import ErrorDetails
+from typing import TYPE_CHECKING, Any
 
 from tenure import _loop
 from tenure._errors import InvalidRequest, UnknownTool
@@ -42,6 +28,13 @@ from tenure._policy import check_seconds
 from tenure._types import ToolContext, ToolEffect
 from tenure.agent._human import Gate, make_gate
 from tenure.providers._base import MALFORMED_ARGUMENTS_KEY, ToolSpec
+
+# pydantic and jsonschema are imported where a tool is made or checked: importing tenure (and
+# starting every `tenure` command) does not wait for them.
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from pydantic.fields import FieldInfo
+    from pydantic_core import ErrorDetails
 
 DEFAULT_TOOL_TIMEOUT = 60.0
 _MAX_ECHO = 200
@@ -105,6 +98,8 @@ class Tool:
 
         For a sensitive tool the error names the field and the rule it breaks, never the
         model's text: the error is stored in the tool event and shown without "reveal"."""
+        from pydantic import ValidationError
+
         if MALFORMED_ARGUMENTS_KEY in args:
             raise InvalidArguments(
                 f"invalid arguments for {self.name}: not a JSON object: "
@@ -125,6 +120,8 @@ class Tool:
         }
 
     def _validate_json(self, args: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+        from jsonschema import Draft202012Validator
+
         problems = sorted(
             Draft202012Validator(schema).iter_errors(args), key=lambda e: list(e.path)
         )
@@ -174,6 +171,13 @@ def make_tool(
     approval_timeout: float | None = None,
     probe: Callable[..., Any] | None = None,
 ) -> Tool:
+    from pydantic import (
+        ConfigDict,
+        PydanticSchemaGenerationError,
+        PydanticUserError,
+        create_model,
+    )
+
     tool_name = _check_name(name or getattr(fn, "__name__", ""))
     timeout = check_seconds(f"tool {tool_name}: timeout", timeout)
     effect = _effect(tool_name, effect)
@@ -265,6 +269,9 @@ def make_schema_tool(
     For tools described elsewhere (an MCP server's `inputSchema`): the schema is shown to
     the model as given and validates the model's arguments with `jsonschema`.
     """
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     _check_name(name)
     timeout = check_seconds(f"tool {name}: timeout", timeout)
     effect = _effect(name, effect)
@@ -289,6 +296,8 @@ def make_schema_tool(
 
 
 def _field_name(name: str) -> str:
+    from pydantic import BaseModel
+
     # pydantic reserves `_names` and warns about names that shadow BaseModel's own
     # attributes (`json`, `copy`, `schema` …): such a parameter gets another field name
     # and keeps its own as the alias, which is what the model sees and sends.
@@ -298,6 +307,9 @@ def _field_name(name: str) -> str:
 
 
 def _field(param: inspect.Parameter, hints: dict[str, Any], doc: str | None) -> tuple[Any, Any]:
+    from pydantic import Field
+    from pydantic.fields import FieldInfo
+
     annotation = hints.get(param.name, Any)
     if _described(annotation):
         doc = None  # an explicit `Annotated[..., Field(description=...)]` wins
@@ -325,6 +337,8 @@ def _field(param: inspect.Parameter, hints: dict[str, Any], doc: str | None) -> 
 
 
 def _described(annotation: Any) -> bool:
+    from pydantic.fields import FieldInfo
+
     if typing.get_origin(annotation) is not typing.Annotated:
         return False
     return any(isinstance(m, FieldInfo) and m.description for m in annotation.__metadata__)

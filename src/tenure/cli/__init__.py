@@ -27,6 +27,8 @@ _SHOWN = {"tools": "--tool", "queues": "--queue", "run_id": "RUN"}
 # Commands that only read: on SQLite, a file that is not there is a mistake, not a new
 # database. (`serve` checks it too, after its own usage checks.)
 READ_ONLY = frozenset({"runs", "status", "events", "audit", "pending", "models", "workers"})
+# Commands that need nothing of the app but its database (no tool, no model, no setting).
+STORE_ONLY = frozenset({"runs", "status", "events", "workers"})
 
 
 def _check_text_arguments(args: argparse.Namespace) -> None:
@@ -54,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.app,
         args.database,
         existing=args.command in READ_ONLY,
+        store_only=args.command in STORE_ONLY,
     )
     try:
         _check_text_arguments(args)

@@ -17,79 +17,23 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Annotated, Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import TYPE_CHECKING, Any
 
 from tenure._errors import Cancelled, InvalidRequest, ProviderError
 from tenure._types import FailureClass, Usage
 from tenure.providers._base import ModelCall, ModelReply, ToolCall
 
+if TYPE_CHECKING:
+    from tenure.providers._turns import Turn, _Call, _Say
+
 MAX_SLEEP_SECONDS = 3600.0
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _Usage(_Strict):
-    input_tokens: int = Field(0, ge=0)
-    output_tokens: int = Field(0, ge=0)
-    cost: float = Field(0.0, ge=0)
-
-
-class _Say(_Strict):
-    say: str
-    usage: _Usage | None = None
-
-
-class _CallItem(_Strict):
-    tool: Annotated[str, Field(min_length=1)]
-    args: dict[str, Any] = Field(default_factory=dict)
-
-
-class _Call(_Strict):
-    call: Annotated[list[_CallItem], Field(min_length=1)]
-    usage: _Usage | None = None
-
-
-class _Fail(_Strict):
-    fail: FailureClass
-    attempts: list[Annotated[int, Field(ge=0)]] | None = None
-    retry_after: Annotated[float, Field(ge=0)] | None = None
-    message: str | None = None
-
-
-class _Sleep(_Strict):
-    sleep: Annotated[float, Field(ge=0, le=MAX_SLEEP_SECONDS)]
-
-
-Turn = _Say | _Call | _Fail | _Sleep
-_KIND: dict[str, type[_Strict]] = {"say": _Say, "call": _Call, "fail": _Fail, "sleep": _Sleep}
 
 
 def parse_script(script: Any) -> list[Turn]:
     """Validate a script; a malformed one raises InvalidRequest naming the bad turn."""
-    if not isinstance(script, list):
-        raise InvalidRequest("a script must be a JSON array of turns")
-    turns: list[Turn] = []
-    for index, raw in enumerate(script):
-        kinds = [k for k in _KIND if isinstance(raw, dict) and k in raw]
-        if len(kinds) != 1:
-            raise InvalidRequest(
-                f"script turn {index}: expected exactly one of say, call, fail, sleep; got {raw!r}"[
-                    :300
-                ]
-            )
-        try:
-            turns.append(_KIND[kinds[0]].model_validate(raw))  # type: ignore[arg-type]
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise InvalidRequest(
-                f"script turn {index} ({kinds[0]}): {where or 'turn'}: {first['msg']}"
-            ) from None
-    return turns
+    from tenure.providers._turns import parse
+
+    return parse(script)
 
 
 def _estimate(call: ModelCall, text: str) -> Usage:
@@ -106,6 +50,8 @@ class Scripted:
         self._script = parse_script(script) if script is not None else None
 
     def complete(self, call: ModelCall) -> ModelReply:
+        from tenure.providers._turns import _Call, _Fail, _Say, _Sleep
+
         raw = call.request.script
         try:
             turns = parse_script(raw) if raw is not None else self._script
@@ -137,6 +83,8 @@ class Scripted:
     @staticmethod
     def _turns_before_answer(turns: list[Turn], answered: int) -> list[Turn]:
         """The turns from just after answer number `answered - 1` through the next answer."""
+        from tenure.providers._turns import _Call, _Say
+
         seen = 0
         start = 0
         for index, turn in enumerate(turns):
@@ -149,6 +97,8 @@ class Scripted:
 
     @staticmethod
     def _reply(call: ModelCall, turn: _Say | _Call, answered: int) -> ModelReply:
+        from tenure.providers._turns import _Say
+
         if isinstance(turn, _Say):
             usage = Usage(**turn.usage.model_dump()) if turn.usage else _estimate(call, turn.say)
             return ModelReply(text=turn.say, usage=usage, model="scripted")
