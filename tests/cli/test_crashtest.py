@@ -81,6 +81,35 @@ def test_a_broken_app_exits_1_naming_the_property(cli: Cli, tmp_path: Path) -> N
     assert verdicts["write-after charge@2"]["effects"]["ok"] is False
 
 
+@pytest.mark.slow
+def test_a_piped_table_keeps_every_column(cli: Cli, tmp_path: Path) -> None:
+    """Piped (no terminal, no COLUMNS), the table is not cut to 80 columns."""
+    long_name = "charge-a-customer-twice-if-the-fence-does-not-hold-" + "x" * 30
+    result = cli(
+        "--app",
+        "tests.crashtest.broken_app:rt",
+        "crashtest",
+        "--scenarios",
+        scenarios(cli, [{**BROKEN_CHARGE[0], "name": long_name}]),
+        "--points",
+        "write-after",
+        database=False,
+        timeout=110,
+        PYTHONPATH=str(ROOT),
+        CRASHTEST_LEDGER=str(tmp_path / "ledger.jsonl"),
+    )
+    assert result.code == 1, result.err
+    lines = result.out.splitlines()
+    header = lines[0].split()
+    assert header[:2] == ["scenario", "point"] and header[-1] == "fencing", lines[0]
+    assert len(header) == 2 + 6
+    rows = [line for line in lines[1:] if line.startswith(long_name)]
+    assert len(rows) == 2 and not any("…" in line for line in [lines[0], *rows]), result.out
+    assert all(len(line.split()) >= len(header) for line in rows), result.out
+    violated = [line for line in rows if "  write-after" in line]
+    assert len(violated) == 1 and "VIOLATED" in violated[0], result.out
+
+
 def test_bad_usage_is_one_line_exit_2(cli: Cli) -> None:
     missing = cli("crashtest", "--scenarios", str(cli.cwd / "nope.json"))
     assert missing.code == 2 and "cannot read it" in one_line_error(missing)

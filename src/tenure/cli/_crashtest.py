@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tenure._command import DEFAULT_APP, Context, UsageError
-from tenure.cli._output import err, out, plural
+from tenure.cli._output import err, out, plural, table
 from tenure.testing import PROPERTIES, CrashReport, Result, Verdict, crashtest
 
 # Column heads short enough for an 80-column terminal; the docs spell each property out.
@@ -36,6 +36,18 @@ def _table(report: CrashReport) -> Table:
     for r in report.results:
         table.add_row(r.scenario, r.point, *(_cell(r.verdicts[p]) for p in PROPERTIES))
     return table
+
+
+def _plain_table(report: CrashReport) -> None:
+    """The same table as aligned lines: rich fits a table to 80 columns when stdout is not a
+    terminal, which cut the property columns off a piped or logged report."""
+    table(
+        ["scenario", "point", *(SHORT.get(p, p) for p in PROPERTIES)],
+        (
+            [r.scenario, r.point, *(_cell(r.verdicts[p]) for p in PROPERTIES)]
+            for r in report.results
+        ),
+    )
 
 
 def _as_json(r: Result) -> dict[str, object]:
@@ -73,7 +85,10 @@ def crashtest_command(ctx: Context, args: argparse.Namespace) -> int:
     if args.json:
         out.print(json.dumps([_as_json(r) for r in report.results], indent=2))
     else:
-        out.print(_table(report))
+        if out.is_terminal:
+            out.print(_table(report))
+        else:
+            _plain_table(report)
         for line in report.violations():
             out.print(Text("VIOLATION ", style="bold red") + Text(line))
         cases = plural(len(report.results), "case")
