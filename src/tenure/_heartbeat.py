@@ -43,6 +43,11 @@ MIN_BEAT_SPACING = 0.5
 # leaves a gap of two; a dead worker still shows dead before its leases expire, three rounds
 # after the renewal its last beat followed.
 DEAD_AFTER_BEATS = 2.5
+# A change of the slots in use is written this long after it (once for every change in the
+# meantime), not at the next round a third of a lease later: `tenure workers` showed
+# `slots 0/8` beside `runs 8` for a whole round after a claim. At most one such write a
+# second, and none when the count is back to what the row says.
+CHANGE_BEAT_SECONDS = 1.0
 
 
 class WorkerState(enum.StrEnum):
@@ -95,6 +100,9 @@ class Heartbeat:
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._last: float | None = None  # by time.monotonic
+        self._reported = 0  # the slots in use the row says
+        self._change_lock = threading.Lock()
+        self._change_timer: threading.Timer | None = None
         self.beats = 0
 
     @property
@@ -129,9 +137,30 @@ class Heartbeat:
         """One beat; a worker whose row is gone (purged while it was cut off) writes it again."""
         self._last = time.monotonic()
         store = self._store()
-        if not store.beat_worker(self.worker.id, self._slots_in_use(), self._stopping()):
+        in_use = self._slots_in_use()
+        if not store.beat_worker(self.worker.id, in_use, self._stopping()):
             store.register_worker(self.worker)
+        self._reported = in_use
         self.beats += 1
+
+    def changed(self) -> None:
+        """The slots in use changed: the row says so within `CHANGE_BEAT_SECONDS`."""
+        with self._change_lock:
+            if self._change_timer is not None or self._closed.is_set():
+                return
+            timer = threading.Timer(CHANGE_BEAT_SECONDS, self._beat_changed)
+            timer.name = "tenure-worker-heartbeat-change"
+            timer.daemon = True
+            self._change_timer = timer
+        timer.start()
+
+    def _beat_changed(self) -> None:
+        with self._change_lock:
+            self._change_timer = None
+            if self._closed.is_set():
+                return
+        if self._slots_in_use() != self._reported:
+            self._best_effort("heartbeat failed", self.run_once)
 
     def draining(self) -> None:
         """The drain begins: the row says `stopping` now, not at the next round."""
@@ -141,7 +170,10 @@ class Heartbeat:
         """A clean shutdown: no more beats, and the row says stopped."""
         if self._keeper is not None:
             self._keeper.remove_beat(self)
-        self._closed.set()
+        with self._change_lock:
+            self._closed.set()
+            if self._change_timer is not None:
+                self._change_timer.cancel()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
         self._best_effort("cannot mark the worker stopped", self._stop_row)

@@ -353,6 +353,7 @@ class Worker:
                     self._inflight -= 1
             if ended_here:
                 self._completer.forget(item.lease.run_id)
+                self.heartbeat.changed()
             self._wake.set()
 
     def _execute(self, item: Claimed) -> bool:
@@ -369,6 +370,7 @@ class Worker:
         )
         with self._lock:
             self._active[item.lease.run_id] = segment
+        self.heartbeat.changed()
         try:
             started = time.monotonic()
             result = segment.execute_until_end()
@@ -378,6 +380,7 @@ class Worker:
                 return False
             with self._lock:
                 self._active.pop(segment.run_id, None)
+            self.heartbeat.changed()
             if self._completer.submit(segment, result.settlement):
                 return True
             # The worker has stopped: nothing would commit it, so it is settled here.

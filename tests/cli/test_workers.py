@@ -42,6 +42,7 @@ def test_a_worker_that_stopped_is_listed_only_with_all(tmp_path: Path, db_url: s
 
 def test_a_killed_worker_reads_dead(tmp_path: Path, db_url: str) -> None:
     cli = Cli(tmp_path, db_url)
+    assert cli("init").code == 0  # `workers` refuses a SQLite file the worker has yet to make
     proc = cli.popen("worker", "--concurrency", "2", "--lease-seconds", "1.5")
     try:
         wait_for(lambda: len(listed(cli)) == 1)
@@ -65,3 +66,26 @@ def test_a_bad_limit_is_a_usage_error(tmp_path: Path, db_url: str) -> None:
     result = cli("workers", "--limit", "0")
     assert result.code == 2
     assert "--limit" in one_line_error(result)
+
+
+def test_slots_in_use_agree_with_the_runs_held_before_the_next_round(
+    tmp_path: Path, db_url: str
+) -> None:
+    """The row's slots in use were written only at a heartbeat round (a third of a lease):
+    right after a claim `tenure workers` showed `slots 0/2` beside `runs 2`."""
+    cli = Cli(tmp_path, db_url)
+    for _ in range(2):
+        cli.enqueue([{"sleep": 120}, {"say": "done"}])
+    # A 300 s lease: the next round is 100 s away, far past this test's wait.
+    proc = cli.popen("worker", "--concurrency", "2", "--lease-seconds", "300")
+    try:
+
+        def held_and_in_use() -> list[tuple[int, int]]:
+            return [(w["runs_held"], w["slots_in_use"]) for w in listed(cli)]
+
+        wait_for(lambda: held_and_in_use() == [(2, 2)], timeout=30)
+        row = cli("workers").out.strip().splitlines()[1].split()
+        assert "2/2" in row and row[row.index("2/2") + 1] == "2", row
+    finally:
+        proc.kill()
+        proc.communicate()
