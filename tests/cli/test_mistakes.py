@@ -145,6 +145,19 @@ def test_demo_leaves_a_database_that_is_not_its_own(cli: Cli) -> None:
 
 
 @pytest.mark.parametrize(
+    "url", ["postgresql://localhost/demo", "postgres://u@h/d", "mysql://h/d", "sqlite:/relative"]
+)
+def test_demo_says_it_needs_sqlite_first(cli: Cli, url: str) -> None:
+    result = cli("--database", url, "demo", database=False)
+    assert result.code == 2
+    line = one_line_error(result)
+    assert line == (
+        f"tenure: tenure demo needs a SQLite database (--database sqlite:///FILE), got {url}"
+    )
+    assert list(cli.cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize(
     ("url", "code"),
     [("sqlite:////no/such/directory/demo.db", 1), ("postgresql://localhost/demo", 2)],
 )

@@ -323,10 +323,15 @@ def audit(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def demo(ctx: Context, args: argparse.Namespace) -> int:
-    from tenure.demo._run import DemoOptions, run_demo
-
     if ctx.app_spec:
         raise UsageError("tenure demo runs the built-in demo app: leave out --app")
+    # Before the demo (its app, its tables, its workers) is loaded or anything is opened.
+    if ctx.database is not None and not ctx.database.startswith("sqlite:///"):
+        raise UsageError(
+            f"tenure demo needs a SQLite database (--database sqlite:///FILE), got {ctx.database}"
+        )
+    from tenure.demo._run import DemoOptions, run_demo
+
     return run_demo(
         DemoOptions(
             database_url=ctx.database,
