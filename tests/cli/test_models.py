@@ -86,6 +86,7 @@ def test_models_lists_a_model_without_limits_whose_circuit_the_store_knows(
 
 def test_models_of_an_app_without_models(cli: Cli) -> None:
     (cli.cwd / "bare_app.py").write_text("import tenure\n\nrt = tenure.Runtime()\n")
+    assert cli("init").code == 0  # `models` refuses a SQLite file that does not exist
     shown = cli("--app", "bare_app:rt", "models")
     assert shown.code == 0 and shown.out.strip() == "no models"
     listed = cli("--app", "bare_app:rt", "models", "--json")
