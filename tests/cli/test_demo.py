@@ -179,7 +179,13 @@ def test_demo_stopped_by_sigterm_stops_its_workers(cli: Cli) -> None:
     demo = cli.popen("demo", "--runs", "300")
     wait_for(db.exists)  # the demo's own file: reading earlier would create another
     with tenure.Runtime(cli.url) as runtime:
-        wait_for(lambda: bool(runtime.runs(status="running", limit=1)))
+        # A run held by a worker process: the interactive runs before them are running too.
+        wait_for(
+            lambda: any(
+                (r.claimed_by or "").startswith("worker:")
+                for r in runtime.runs(status="running", limit=50)
+            )
+        )
     demo.send_signal(signal.SIGTERM)
     out, err = demo.communicate(timeout=60)
     assert demo.returncode == 130, out + err

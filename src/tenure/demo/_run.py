@@ -363,6 +363,13 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
         console = Console(highlight=False, soft_wrap=True)
         if not console.is_terminal:
             console.width = 120  # piped: room for the tables instead of rich's default 80
+    # From the start, not only once the workers run: a SIGTERM during the interactive runs
+    # killed the demo outright (exit -15) instead of ending it like Ctrl-C.
+    with _terminate_gracefully():
+        return _run(options, console)
+
+
+def _run(options: DemoOptions, console: Console) -> int:
     started = time.monotonic()
     url = options.database_url or DEFAULT_DEMO_DATABASE
     _prepare(url)
@@ -378,7 +385,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
         app.run(request)
         total += 1
     console.print(f"ran {len(INTERACTIVE_RUNS)} interactive runs in this process (rt.run)")
-    with _terminate_gracefully(), tempfile.TemporaryDirectory(prefix="tenure-demo-") as log_dir:
+    with tempfile.TemporaryDirectory(prefix="tenure-demo-") as log_dir:
         fleet = Fleet(url, options, Path(log_dir))
         try:
             _work(fleet, total, options, console)
