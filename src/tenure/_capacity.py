@@ -181,8 +181,8 @@ class Capacity:
             reply = _complete(segment, provider, call, timeout, top)
         except Exception as exc:
             _settle(store, model, grant.reservation, tokens)  # nothing was used
-            wait = retry_after(exc)
-            if classify(exc) is FailureClass.RATE_LIMIT and wait is not None:
+            wait = _requested_wait(exc)
+            if wait is not None:
                 self._trip(store, model, wait)
                 raise Throttled(model, wait, circuit=True) from exc
             raise
@@ -206,9 +206,9 @@ class Capacity:
         try:
             return _complete(segment, provider, call, timeout, top)
         except Exception as exc:
-            wait = retry_after(exc)
+            wait = _requested_wait(exc)
             # A zero Retry-After opens nothing: the failure goes through recovery's backoff.
-            if classify(exc) is FailureClass.RATE_LIMIT and wait:
+            if wait:
                 self._trip(self._store(), model, wait)
                 raise Throttled(model, wait, circuit=True) from exc
             raise
@@ -265,6 +265,17 @@ class Capacity:
         if grant is None:
             raise ProviderError(FailureClass.CONFIGURATION, f"model {model!r} has no capacity row")
         return grant
+
+
+def _requested_wait(exc: Exception) -> float | None:
+    """A rate limit's Retry-After in seconds; None for any other failure, or for a wait that
+    is not a number (a provider's bug, left to failure recovery, which reports it)."""
+    if classify(exc) is not FailureClass.RATE_LIMIT:
+        return None
+    try:
+        return retry_after(exc)
+    except (TypeError, ValueError):
+        return None
 
 
 def unused_model(name: str, limits: Limits | None, now: datetime) -> ModelState:

@@ -90,15 +90,21 @@ def test_idempotency_key_is_stable_across_attempts_and_fencing_token_grows(
 def test_a_reaped_run_resumes_on_another_segment_without_repeating_steps(
     make_runtime: MakeRuntime,
 ) -> None:
+    reads: list[int] = []
+
+    def read(ctx: ToolContext) -> int:
+        """Read a value."""
+        reads.append(ctx.attempt)
+        return 7
+
     rt = make_runtime(lease_seconds=0.3)
     # The model call outlives its deadline: the lease keeper stops renewing, the lease runs out.
     rt.add_model("scripted", tenure.providers.Scripted(), timeout=0.1)
-    reads: list[int] = []
-
-    @rt.tool
-    def read(ctx: ToolContext) -> int:
-        reads.append(ctx.attempt)
-        return 7
+    rt.tool(read)
+    # The next worker's lease and model deadline outlast the same slow call.
+    other = make_runtime(lease_seconds=5.0)
+    other.add_model("scripted", tenure.providers.Scripted(), timeout=5.0)
+    other.tool(read)
 
     script = [{"call": [{"tool": "read"}]}, {"sleep": 0.8}, {"say": "finished"}]
     run_id = rt.enqueue(RunRequest(prompt="r", model="scripted", tools=["read"], script=script))
@@ -107,7 +113,7 @@ def test_a_reaped_run_resumes_on_another_segment_without_repeating_steps(
     stalled.start()  # reads, then sleeps in the model call past its lease
     time.sleep(0.5)
     assert rt.reap().requeued == 1
-    second = rt.run_queued(run_id)
+    second = other.run_queued(run_id)
     stalled.join()
     assert second is not None and second.outcome is Outcome.COMPLETED
     assert results[0] is not None and results[0].outcome is Outcome.LEASE_LOST

@@ -111,8 +111,10 @@ def test_branch_4_requeue_with_backoff_not_claimable_before_its_time(
 
 
 def test_retry_after_is_a_floor(make_runtime: MakeRuntime) -> None:
+    """A 503 with Retry-After: the backoff waits at least that long. (A 429 with one opens
+    the model's circuit and parks the run instead: tests/providers/test_circuit.py.)"""
     rt = make_runtime(backoff_base=0.01, backoff_cap=0.01)
-    run_id = enqueue(rt, [{"fail": "rate_limit", "retry_after": 5}, {"say": "ok"}])
+    run_id = enqueue(rt, [{"fail": "server_error", "retry_after": 5}, {"say": "ok"}])
     assert rt.run_queued(run_id).outcome is Outcome.REQUEUED  # type: ignore[union-attr]
     run = rt.status(run_id)
     assert run is not None
