@@ -88,7 +88,10 @@ def script(rng: random.Random, probed: float = 0.0) -> list[dict[str, Any]]:
     if failure < 0.15:
         fail: dict[str, Any] = {"fail": rng.choice(RETRYABLE), "attempts": [0]}
         if fail["fail"] == "rate_limit":
-            fail["retry_after"] = 0.2
+            # Past a third of the default lease: the run is parked, and its next claim (a
+            # new attempt) goes on. A shorter wait is waited inside the segment, where the
+            # attempt, and so this scripted failure, stays the same.
+            fail["retry_after"] = 0.5
         turns.insert(at, fail)
     elif failure < 0.2:
         turns.insert(at, {"fail": rng.choice(NOT_RETRYABLE)})
