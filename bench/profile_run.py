@@ -9,8 +9,9 @@ divided by the runs. The stage split comes from a second drain under yappi's CPU
 total): claim and settle (the completer's commits), the segment (journal, model step,
 ending), and the rest of the worker (slots, buffer, keeper, heartbeats).
 
-`--against DIR` measures another checkout of tenure (its `src/`) in the same invocation,
-the two alternating, each in a fresh child process: DIR's row is shown beside this one's.
+`--against DIR` (repeatable) measures another checkout of tenure (its `src/`) in the same
+invocation, all alternating, each in a fresh child process: DIR's rows are shown beside this
+one's, with this checkout's drain over DIR's as the ratio.
 """
 
 from __future__ import annotations
@@ -93,12 +94,18 @@ def run_child(src: Path, url: str, n: int, concurrency: int, profiled: bool) -> 
 
 def main() -> None:
     parser = c.parser(__doc__.splitlines()[0], default_size=2000, quick_size=100)
-    parser.add_argument("--against", type=Path, help="another checkout of tenure to compare")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        action="append",
+        default=[],
+        help="another checkout of tenure to compare (repeatable)",
+    )
     args = parser.parse_args()
     n, times = c.size_and_repeat(args)
     checkouts = {"this": ROOT / "src"}
-    if args.against is not None:
-        checkouts[str(args.against)] = args.against.resolve() / "src"
+    for other in args.against:
+        checkouts[str(other)] = other.resolve() / "src"
     table = c.Table(f"profile_run: CPU µs per trivial run, {n} runs, one worker process")
     stores: list[tuple[str, Any]] = []
     with c.scratch_dir() as tmp, c.maybe_postgres(args) as pg:
