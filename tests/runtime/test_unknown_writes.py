@@ -28,24 +28,10 @@ from tenure import (
 from tenure.audit import audit
 from tenure.providers import ModelCall, ModelReply, ToolCall
 
+from .test_probe import Ledger  # the outside system: every payment under its key
+
 MakeRuntime = Callable[..., tenure.Runtime]
 WRITE = ToolEffect.NON_IDEMPOTENT_WRITE
-
-
-class Ledger:
-    """The outside system: every charge it took, under its idempotency key."""
-
-    def __init__(self) -> None:
-        self.rows: list[str] = []
-        self.lock = threading.Lock()
-
-    def charge(self, key: str) -> None:
-        with self.lock:
-            self.rows.append(key)
-
-    def charged(self, key: str) -> bool:
-        with self.lock:
-            return key in self.rows
 
 
 class RetryingModel:
@@ -82,13 +68,13 @@ def charge_app(
     def check(ctx: ToolContext, amount: int) -> Probe:
         return (
             Probe.done({"charged": amount})
-            if ledger.charged(ctx.idempotency_key)
+            if ledger.paid(ctx.idempotency_key)
             else (Probe.not_done())
         )
 
     async def charge(ctx: ToolContext, amount: int) -> dict[str, int]:
         """Charge the customer."""
-        ledger.charge(ctx.idempotency_key)
+        ledger.pay(ctx.idempotency_key)
         if hang_on(ctx):
             try:
                 await asyncio.sleep(30)  # the answer never comes back in time
@@ -192,7 +178,7 @@ def test_an_async_write_cancelled_by_something_else_goes_in_doubt(
 
     async def charge(ctx: ToolContext, amount: int) -> dict[str, int]:
         """Charge the customer."""
-        ledger.charge(ctx.idempotency_key)
+        ledger.pay(ctx.idempotency_key)
         raise asyncio.CancelledError
 
     rt.tool(effect=WRITE, timeout=5, probe=lambda ctx, amount: Probe.done({"charged": 5}))(charge)
