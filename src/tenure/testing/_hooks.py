@@ -220,16 +220,16 @@ class HookedTool(Tool):
             super().invoke(context, args)
             time.sleep(self.timeout + HOLD_PAST_TIMEOUT)
             die()
-        values = self.validate(args)
-        call = self.fn(context, **values) if self.takes_context else self.fn(**values)
+        fn, hold = self.fn, self.timeout + HOLD_PAST_TIMEOUT
 
-        async def answer_late() -> Any:
-            result = await call
-            await asyncio.sleep(self.timeout + HOLD_PAST_TIMEOUT)
+        async def answer_late(*args: Any, **kwargs: Any) -> Any:
+            result = await fn(*args, **kwargs)
+            await asyncio.sleep(hold)
             return result
 
         try:
-            return _loop.run(answer_late(), timeout=self.timeout, what=f"tool {self.name!r}")
+            # The tool's own invoke (validation, the loop, its timeout), on the late function.
+            return Tool.invoke(dataclasses.replace(self, fn=answer_late), context, args)
         except _loop.TimedOut:
             self.hooks.timed_out()
             raise
