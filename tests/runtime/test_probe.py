@@ -13,12 +13,13 @@ import pytest
 
 import tenure
 from tenure import EventKind, FailureClass, Outcome, Probe, RunRequest, RunStatus, ToolEffect
-from tenure._errors import DatabaseUnavailable
 from tenure._ladder import Engine
 from tenure._reaper import Reaper
 from tenure._worker import Worker
 from tenure.audit import audit
 from tenure.store import Claimed, open_store
+
+from .test_group_commit import LostCommit
 
 MakeRuntime = Callable[..., tenure.Runtime]
 WRITE = ToolEffect.NON_IDEMPOTENT_WRITE
@@ -465,25 +466,6 @@ def test_a_drain_hands_a_buffered_in_doubt_run_back_with_its_fence(
     served = rt.run_queued(run_id)
     assert served is not None and served.outcome is Outcome.COMPLETED
     probe_resolves_it(rt, ledger, run_id)
-
-
-class LostCommit:
-    """The real store, whose `settle_and_claim` commits and then, the first time it claimed
-    something, reports the connection lost: the outcome the worker cannot learn."""
-
-    def __init__(self, store: Any) -> None:
-        self._store = store
-        self.lost: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    def settle_and_claim(self, *args: Any) -> tuple[list[list[int] | None], list[Claimed]]:
-        settled, claimed = self._store.settle_and_claim(*args)
-        if claimed and not self.lost:
-            self.lost.extend(c.lease.run_id for c in claimed)
-            raise DatabaseUnavailable("connection lost during COMMIT; its outcome is unknown")
-        return settled, claimed
 
 
 def test_an_in_doubt_run_claimed_by_a_lost_commit_is_handed_back_for_its_probe(
