@@ -15,6 +15,7 @@ from tenure._errors import (
     RetryableError,
     StoreError,
     TenureError,
+    ToolFailed,
     UnknownModel,
     UnknownTool,
 )
@@ -36,12 +37,15 @@ from tenure._types import (
     ToolEffect,
     Usage,
 )
+from tenure.agent._functions import AgentContext
+from tenure.providers._base import ModelReply
 from tenure.providers.fallback import FallbackExhausted
 from tenure.runtime import Runtime
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentContext",
     "Cancelled",
     "DatabaseUnavailable",
     "DecisionConflict",
@@ -52,6 +56,7 @@ __all__ = [
     "FallbackExhausted",
     "InvalidRequest",
     "Limits",
+    "ModelReply",
     "Outcome",
     "Probe",
     "ProviderError",
@@ -67,6 +72,7 @@ __all__ = [
     "TerminationReason",
     "ToolContext",
     "ToolEffect",
+    "ToolFailed",
     "UnknownModel",
     "UnknownTool",
     "Usage",

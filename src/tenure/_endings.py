@@ -164,6 +164,14 @@ class Endings:
         """The effect of the write this segment has in flight (its fence stands)."""
         return self._fence
 
+    def sleep_until(self, delay: float, payload: dict[str, object]) -> RunResult:
+        """An agent function's long sleep (SPEC §20): back to the queue until it is due,
+        uncharged, with a `sleeping` event; the function is replayed to it then."""
+        self._last_write()
+        if not self.store.park(self.lease, delay, payload, EventKind.SLEEPING):
+            self._lost()
+        return self._result(Outcome.SLEEPING)
+
     def _park(self, throttled: Throttled) -> RunResult:
         """No capacity for the model until later (SPEC §17): back to the queue until then,
         with a `throttled` event, not charged to the requeue budget."""

@@ -118,3 +118,14 @@ class LeaseLost(Exception):
 
 class RunCancelled(Exception):
     """Internal: the run was cancelled; the segment stops and settles nothing."""
+
+
+class ToolFailed(TenureError):
+    """Raised in an agent function (SPEC §20) by `ctx.tool` or `ctx.step` whose function
+    raised: `name` is the tool or step, `error` the recorded error text. The failure is
+    recorded once; a replay raises it again without running the step."""
+
+    def __init__(self, name: str, error: str) -> None:
+        super().__init__(f"{name} failed: {error}")
+        self.name = name
+        self.error = error

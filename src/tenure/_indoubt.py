@@ -18,6 +18,7 @@ import dataclasses
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tenure import _policy
@@ -35,7 +36,7 @@ from tenure._types import (
     TerminationReason,
     ToolContext,
 )
-from tenure.agent._journal import Journal, PendingCall, idempotency_key
+from tenure.agent._journal import Journal, idempotency_key
 from tenure.agent._tools import InvalidArguments, Tool
 from tenure.store._base import NewEvent
 
@@ -65,8 +66,36 @@ def resolve(
         None,
     )
     tool = segment.tool_of(request, str(call.get("name")))
+
+    def written(result: Any, started: float) -> NewEvent:
+        assert tool is not None and pending is not None  # _ask says unknown otherwise
+        return tool_event(pending, tool.effect, key, result, None, started, resolved_by="probe")
+
+    settled = resolve_call(segment, tool, call, written, located=pending is not None)
+    if isinstance(settled, Probe):
+        if settled.verdict == "done":
+            assert pending is not None
+            journal.add_result(pending.call.id, settled.result, None)
+        return None
+    return settled
+
+
+def resolve_call(
+    segment: Segment,
+    tool: Tool | None,
+    call: dict[str, Any],
+    written: Callable[[Any, float], NewEvent],
+    *,
+    located: bool,
+) -> RunResult | Probe:
+    """Ask `tool`'s probe about the fenced `call` and record its verdict: `done` with the
+    step's event `written(result, started)` and the fence cleared in one transaction;
+    `not_done` with the fence cleared (the caller runs the write again, same key); `unknown`
+    dead-letters the run (its RunResult is returned). `located`: the caller found the call
+    among the steps it would run next (else the verdict is `unknown`)."""
+    key = str(call.get("idempotency_key"))
     started = time.monotonic()
-    verdict = _ask(segment, tool, pending, call, key)
+    verdict = _ask(segment, tool, located, call, key)
     payload: dict[str, Any] = {
         "name": call.get("name"),
         "args": call.get("args"),
@@ -77,34 +106,33 @@ def resolve(
     if verdict.verdict == "unknown":
         payload["reason"] = verdict.reason
         return _dead_letter(segment, NewEvent(EventKind.PROBE, payload), verdict.reason)
-    assert tool is not None and pending is not None  # _ask says unknown otherwise
     if verdict.verdict == "not_done":
-        # The write runs again in the loop, fenced again, with the same idempotency key.
+        # The write runs again, fenced again, with the same idempotency key.
         segment.resolve_fence([NewEvent(EventKind.PROBE, payload)])
-        return None
+        return verdict
     result = to_json_value(verdict.result)
     payload["result"] = result
-
-    written = tool_event(pending, tool.effect, key, result, None, started, resolved_by="probe")
-    segment.resolve_fence([NewEvent(EventKind.PROBE, payload), written])
-    journal.add_result(pending.call.id, result, None)
-    return None
+    segment.resolve_fence([NewEvent(EventKind.PROBE, payload), written(result, started)])
+    return Probe.done(result)
 
 
 def _ask(
     segment: Segment,
     tool: Tool | None,
-    pending: PendingCall | None,
+    located: bool,
     call: dict[str, Any],
     key: str,
 ) -> Probe:
     """The probe's verdict; every way it cannot answer is `unknown`."""
     if tool is None or tool.probe is None:
         return Probe.unknown(f"no probe for tool {call.get('name')!r} in this process")
-    if pending is None:
+    if not located:
         return Probe.unknown("the fenced call is not among the run's pending calls")
+    raw = dict(call.get("args") or {})
     try:
-        values = tool.validate(dict(call.get("args") or {}))
+        # A step of an agent function has no schema: its arguments are recorded as given.
+        described = tool.arguments is not None or tool.parameters is not None
+        values = tool.validate(raw) if described else raw
     except InvalidArguments as exc:
         return Probe.unknown(f"the fenced call's arguments no longer validate: {exc}")
     context = ToolContext(

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from tenure import _indoubt, _policy, _recovery, _requests
 from tenure._endings import Ending, Endings
@@ -39,7 +39,7 @@ from tenure._types import (
     ToolEffect,
     Usage,
 )
-from tenure.agent import _human
+from tenure.agent import _functions, _human
 from tenure.agent._journal import Journal
 from tenure.agent._tools import Toolbox
 from tenure.providers._base import ModelCall, ModelReply, Provider, streams
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from tenure._capacity import Capacity
     from tenure._keeper import Keeper
     from tenure._publisher import DeltaPublisher
+    from tenure.agent._functions import AgentFunction
 
 log = logging.getLogger("tenure")
 
@@ -73,6 +74,7 @@ class Engine:
     model_timeouts: dict[str, float] = field(default_factory=dict)  # by model name
     deltas: DeltaPublisher | None = None  # publishes streaming calls' text (SPEC §18)
     capacity: Capacity | None = None  # the models' limits and circuits (SPEC §17)
+    agents: dict[str, AgentFunction] = field(default_factory=dict)  # by name (SPEC §20)
 
     def model_timeout(self, name: str) -> float:
         return self.model_timeouts.get(name, _policy.DEFAULT_MODEL_TIMEOUT)
@@ -194,7 +196,7 @@ class Segment(ToolSteps, Endings):
             missing = [] if self.interactive else self._missing(request)
             if missing:
                 return self._hand_back_unserved(missing)
-            return self._loop(request)
+            return self._run(request)
         except LeaseLost:
             return self._result(Outcome.LEASE_LOST)
         except RunCancelled:
@@ -213,8 +215,14 @@ class Segment(ToolSteps, Endings):
             return self._recover(exc)
 
     def _missing(self, request: RunRequest) -> list[str]:
-        """What this process lacks to execute the run: its model, its tools."""
-        missing = [] if request.model in self.engine.models else [f"model {request.model!r}"]
+        """What this process lacks to execute the run: its agent function, or its model;
+        its tools."""
+        if request.agent is not None:
+            missing = [] if request.agent in self.engine.agents else [f"agent {request.agent!r}"]
+        elif request.model in self.engine.models:
+            missing = []
+        else:
+            missing = [f"model {request.model!r}"]
         tools = self.engine.tools
         return missing + [f"tool {name!r}" for name in request.tools if tools.get(name) is None]
 
@@ -231,6 +239,13 @@ class Segment(ToolSteps, Endings):
             self._lost()
         error = ProviderError(FailureClass.CONFIGURATION, f"{why} {', '.join(missing)}")
         return self._result(Outcome.REQUEUED, error=error)
+
+    def _run(self, request: RunRequest) -> RunResult | Ending:
+        if request.agent is not None:
+            # An agent function's in-doubt write is resolved at its own step, where the code
+            # that made it names its tool (or step function) and probe.
+            return _functions.drive(self, request, self.engine.agents[request.agent])
+        return self._loop(request)
 
     def _loop(self, request: RunRequest) -> RunResult | Ending:
         # The first segment of a run has no steps to resume: skip reading its journal.
@@ -364,19 +379,5 @@ class Segment(ToolSteps, Endings):
         return RunResult(outcome, self.run_id, output, steps, error, self._usage)
 
 
-def _llm_payload(reply: ModelReply) -> dict[str, Any]:
-    return {
-        "message": reply.message(),
-        "model": reply.model,
-        "usage": {
-            "input_tokens": reply.usage.input_tokens,
-            "output_tokens": reply.usage.output_tokens,
-            "cost": reply.usage.cost,
-        },
-    }
-
-
-def _over_budget(request: RunRequest, usage: Usage) -> bool:
-    if request.max_tokens is not None and usage.total_tokens >= request.max_tokens:
-        return True
-    return request.max_cost is not None and usage.cost >= request.max_cost
+_llm_payload = _functions.llm_payload
+_over_budget = _functions._over_budget

@@ -24,13 +24,24 @@ def validate(
     request: Any,
     check_tools: Callable[[tuple[str, ...]], None],
     has_model: Callable[[str], bool],
+    check_agent: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> RunRequest:
-    """The request, checked; a bad one raises InvalidRequest (a ValueError) naming the field."""
+    """The request, checked; a bad one raises InvalidRequest (a ValueError) naming the field.
+    `check_agent(name, input)` refuses an unknown agent function or an input its signature
+    does not take."""
     if not isinstance(request, RunRequest):
         raise InvalidRequest(f"expected a RunRequest, got {type(request).__name__}")
     _check_shape(request)
     check_tools(tuple(request.tools))
-    if not has_model(request.model):
+    if request.agent is not None:
+        if check_agent is None:
+            raise InvalidRequest(f"unknown agent {request.agent!r}")
+        check_agent(request.agent, request.input or {})
+        # An agent function names its models at each step; the request's model is only
+        # their default, checked where a step uses it.
+        if request.model != "default" and not has_model(request.model):
+            raise UnknownModel(request.model)
+    elif not has_model(request.model):
         raise UnknownModel(request.model)
     if request.script is not None:
         parse_script(request.script)
@@ -57,6 +68,8 @@ def _types() -> Any:
         system: str | None
         max_tokens: int | None
         max_cost: float | int | None
+        agent: str | None
+        input: dict[str, Any] | None
 
     return _Types
 
@@ -79,6 +92,8 @@ def _plain_types(r: RunRequest) -> bool:
         and (r.system is None or type(r.system) is str)
         and (r.max_tokens is None or type(r.max_tokens) is int)
         and (r.max_cost is None or type(r.max_cost) in (int, float))
+        and r.agent is None
+        and r.input is None
     )
 
 
@@ -108,10 +123,12 @@ def _check_shape(r: RunRequest, *, stored: bool = False) -> None:
         check_json_value("metadata", r.metadata)
         if r.script is not None:
             check_json_value("script", r.script)
+        if r.input is not None:
+            check_json_value("input", r.input)
 
 
 def _check_text(r: RunRequest) -> None:
-    for name in ("prompt", "model", "queue", "idempotency_key", "system"):
+    for name in ("prompt", "model", "queue", "idempotency_key", "system", "agent"):
         value = getattr(r, name)
         if value is not None:
             check_text(name, value)
@@ -172,9 +189,19 @@ def _check_scalar(name: str, item: Any) -> None:
         raise InvalidRequest(f"{name} must be JSON-serialisable: a {type(item).__name__} is not")
 
 
-def _check_names(r: RunRequest) -> None:
-    if not isinstance(r.prompt, str) or not r.prompt.strip():
+def _check_prompt(r: RunRequest) -> None:
+    """A built-in run needs a prompt; an agent function's run needs the function's name."""
+    if r.agent is not None:
+        if not isinstance(r.agent, str) or not r.agent:
+            raise InvalidRequest("agent must be a non-empty string or None")
+    elif r.input is not None:
+        raise InvalidRequest("input is the argument of an agent function: name it with agent=")
+    elif not isinstance(r.prompt, str) or not r.prompt.strip():
         raise InvalidRequest("prompt must be a non-empty string")
+
+
+def _check_names(r: RunRequest) -> None:
+    _check_prompt(r)
     if not isinstance(r.model, str) or not r.model:
         raise InvalidRequest("model must be a non-empty string")
     if not all(t for t in r.tools):
@@ -215,6 +242,8 @@ def to_json(request: RunRequest) -> dict[str, Any]:
     rest of an enqueue)."""
     data = {name: getattr(request, name) for name in _FIELD_ORDER}
     data["tools"] = list(request.tools)
+    if request.agent is None:  # a built-in run is stored as the version before agents did
+        del data["agent"], data["input"]
     return data
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tenure import _json, _loop, _policy
@@ -99,18 +100,31 @@ class ToolSteps:
     def _invoke(
         self, tool: Tool, pending: PendingCall, key: str, values: dict[str, Any]
     ) -> tuple[Any, str | None]:
-        """Run the tool, fenced when it writes. A tool's ordinary exception is its result."""
+        """Run a model's call of a tool, fenced when it writes."""
+        where = {"turn": pending.llm_sequence, "index": pending.index}
+        args = _human.with_input(pending, tool, self.decision)
+        return self.fenced_call(
+            tool, args, key, where, lambda context: tool.invoke(context, values)
+        )
+
+    def fenced_call(
+        self,
+        tool: Tool,
+        args: dict[str, Any],
+        key: str,
+        where: dict[str, Any],
+        invoke: Callable[[ToolContext], Any],
+    ) -> tuple[Any, str | None]:
+        """Run `invoke` as `tool`'s step: fenced when the tool writes, under its deadline.
+        Returns (result, None) or (None, error text): a step's ordinary exception is its
+        result. `where` locates the call in the run (a model turn and index, or an agent
+        function's position) for the fence's record. Both the built-in loop and agent
+        functions (SPEC §20) call this: it is the one place a write is fenced."""
         self._check_held()
         if tool.effect.is_write:
             # The fence names the call it stands for, so that any process can later ask the
             # tool's probe whether it happened (SPEC §16).
-            call = {
-                "name": tool.name,
-                "args": _human.with_input(pending, tool, self.decision),
-                "idempotency_key": key,
-                "turn": pending.llm_sequence,
-                "index": pending.index,
-            }
+            call = {"name": tool.name, "args": args, "idempotency_key": key, **where}
             lease_for_tool = _policy.fence_lease(self.engine.settings.lease_seconds, tool.timeout)
             probe = tool.probe is not None
             if not self.store.mark_fence(self.lease, tool.effect, lease_for_tool, call, probe):
@@ -121,7 +135,7 @@ class ToolSteps:
         )
         try:
             with self.step_deadline(tool.timeout):
-                return to_json_value(tool.invoke(context, values)), None
+                return to_json_value(invoke(context)), None
         except ProviderError:
             raise  # a classified failure fails the step: failure recovery decides
         except (_loop.TimedOut, Cancelled) as exc:
@@ -134,6 +148,10 @@ class ToolSteps:
             return None, describe(exc)
         except Exception as exc:
             return None, describe(exc)
+
+    def record_written(self, name: str, event: NewEvent) -> None:
+        """The event of a write that returned, and its fence cleared, in one transaction."""
+        self._clear_fence(name, event)
 
     def _clear_fence(self, name: str, event: NewEvent) -> None:
         self._check_held()  # a write whose segment lost its run leaves its fence standing

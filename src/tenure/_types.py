@@ -58,6 +58,7 @@ class Outcome(StrEnum):
     LEASE_LOST = "lease_lost"
     AWAITING_APPROVAL = "awaiting_approval"
     AWAITING_INPUT = "awaiting_input"
+    SLEEPING = "sleeping"  # an agent function's `ctx.sleep` ended the segment (SPEC §20)
 
 
 class FailureClass(StrEnum):
@@ -111,6 +112,8 @@ class EventKind(StrEnum):
     REDRIVEN = "redriven"
     PROBE = "probe"
     THROTTLED = "throttled"
+    STEP = "step"  # an agent function's step other than a model or tool call (SPEC §20)
+    SLEEPING = "sleeping"  # an agent function's durable timer (SPEC §20)
 
 
 @dataclass(frozen=True)
@@ -225,7 +228,7 @@ class RunRequest:
     `max_tokens` and `max_cost` are budgets counted across all attempts of the run.
     """
 
-    prompt: str
+    prompt: str = ""
     model: str = "default"
     tools: tuple[str, ...] | list[str] = ()
     max_iterations: int = 10
@@ -236,6 +239,10 @@ class RunRequest:
     system: str | None = None
     max_tokens: int | None = None
     max_cost: float | None = None
+    # An agent function's run (SPEC §20): the registered function's name and its arguments,
+    # checked against its signature at enqueue. `prompt` is then optional.
+    agent: str | None = None
+    input: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.tools, list):

@@ -58,7 +58,9 @@ __all__ = ["LEASE_LOST_MARK", "AuditReport", "LedgerEntry", "audit", "read_ledge
 LEASE_LOST_MARK = "lease_lost"
 # Far more runs than any database the audit is meant for; `runs()` needs a bound.
 MAX_RUNS = 10_000_000
-_OWNER_KINDS = frozenset({EventKind.LLM, EventKind.TOOL, EventKind.ASSEMBLED})
+_OWNER_KINDS = frozenset(
+    {EventKind.LLM, EventKind.TOOL, EventKind.STEP, EventKind.ASSEMBLED}
+)
 _CHARGED_CAUSES = frozenset({"failure", "stale", "in_doubt"})
 # A claimed run handed back before its segment started: its attempt is not counted.
 _UNSTARTED_CAUSES = frozenset({"unstarted", "unserved"})
@@ -238,6 +240,8 @@ def _on_claimed(w: _Walk, e: Event) -> None:
 
 def _on_llm(w: _Walk, e: Event) -> None:
     w.owner_step(e)
+    if "position" in e.payload:
+        return  # an agent function's model step: its code, not the loop, runs the calls
     if w.pending:
         pending = sorted(w.pending.values())
         w.flag(e, f"the model was called again before tool calls {pending} ran")
@@ -254,6 +258,8 @@ def _on_tool(w: _Walk, e: Event) -> None:
     if key in w.tool_events:
         w.flag(e, f"tool call {key} executed again (first at {w.tool_events[key].sequence})")
     w.tool_events.setdefault(key, e)
+    if "position" in e.payload:
+        return  # an agent function's tool step answers no model turn
     call_id = str(e.payload.get("call_id"))
     if w.pending.get(key) == call_id:
         del w.pending[key]
@@ -318,6 +324,25 @@ def _on_redriven(w: _Walk, e: Event) -> None:
     w.redrives.append(e)
 
 
+def _on_step(w: _Walk, e: Event) -> None:
+    """An agent function's step (SPEC §20); a write step is executed once per key."""
+    w.owner_step(e)
+    key = e.payload.get("idempotency_key")
+    if key:
+        if key in w.tool_events:
+            w.flag(e, f"step {key} executed again (first at {w.tool_events[key].sequence})")
+        w.tool_events.setdefault(str(key), e)
+
+
+def _on_sleeping(w: _Walk, e: Event) -> None:
+    """A durable timer: slept in the segment, or the run parked until it is due."""
+    if e.payload.get("parked"):
+        w.release(e, by_owner=True)
+        w.unstarted = False
+    else:
+        w.owner_step(e)
+
+
 def _on_throttled(w: _Walk, e: Event) -> None:
     # A parked run (SPEC §17): its owner gave it back to wait for its model, uncharged.
     w.release(e, by_owner=True)
@@ -336,6 +361,8 @@ _HANDLERS = {
     EventKind.CANCELLED: _on_cancelled,
     EventKind.REDRIVEN: _on_redriven,
     EventKind.THROTTLED: _on_throttled,
+    EventKind.STEP: _on_step,
+    EventKind.SLEEPING: _on_sleeping,
     EventKind.APPROVAL: _on_human,
     EventKind.INPUT: _on_human,
 }

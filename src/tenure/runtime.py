@@ -33,6 +33,7 @@ from tenure._types import (
     ToolEffect,
 )
 from tenure._worker import DEFAULT_GRACE_SECONDS, DEFAULT_POLL_INTERVAL, Worker
+from tenure.agent._functions import AgentFunction, make_agent
 from tenure.agent._human import validate_input
 from tenure.agent._tools import DEFAULT_TOOL_TIMEOUT, Toolbox, make_tool
 from tenure.providers._awaited import Awaited
@@ -111,6 +112,7 @@ class Runtime:
             _positive("reap_interval", reap_interval) if reap_interval is not None else None
         )
         self._tools = Toolbox()
+        self._agents: dict[str, AgentFunction] = {}
         self._models: dict[str, Provider] = {"scripted": Scripted()}
         self._model_timeouts: dict[str, float] = {}
         self._keeper = Keeper(lambda: self.store)
@@ -152,6 +154,7 @@ class Runtime:
             self._model_timeouts,
             capacity=self._capacity,
             deltas=self._deltas,
+            agents=self._agents,
         )
 
     def tool(
@@ -198,6 +201,45 @@ class Runtime:
 
         return register(fn) if fn is not None else register
 
+    def agent(self, fn: F | None = None, /, *, name: str | None = None) -> Any:
+        """Register an agent function (SPEC §20): `@rt.agent` or `@rt.agent(name=...)`.
+
+        `fn(ctx, **input)` receives a `tenure.AgentContext`; every `ctx.*` call is a durable
+        step, replayed from the run's journal after a crash. Its parameters after the
+        context (type hints, defaults, the docstring's descriptions) are the input schema
+        that `RunRequest(agent=NAME, input={...})` is checked against at enqueue; its JSON
+        return value is the run's output. A name registers once."""
+
+        def register(f: F) -> F:
+            agent = make_agent(f, name)
+            known = self._agents.get(agent.name)
+            if known is not None and known.fn is not f:
+                raise InvalidRequest(
+                    f"agent {agent.name!r} is already registered (use another name=)"
+                )
+            self._agents[agent.name] = agent
+            return f
+
+        return register(fn) if fn is not None else register
+
+    @property
+    def agent_names(self) -> list[str]:
+        return sorted(self._agents)
+
+    def agents(self) -> list[dict[str, Any]]:
+        """The registered agent functions: name, description and input schema."""
+        return [
+            {"name": a.name, "description": a.description, "input_schema": a.input_schema}
+            for _, a in sorted(self._agents.items())
+        ]
+
+    def _check_agent(self, name: str, values: dict[str, Any]) -> None:
+        agent = self._agents.get(name)
+        if agent is None:
+            known = ", ".join(sorted(self._agents)) or "none registered"
+            raise InvalidRequest(f"unknown agent {name!r} (agents: {known})")
+        agent.bind(values)
+
     def add_model(
         self,
         name: str,
@@ -239,7 +281,9 @@ class Runtime:
         return sorted(self._models)
 
     def _validate(self, request: RunRequest) -> RunRequest:
-        return _requests.validate(request, self._tools.check, self._models.__contains__)
+        return _requests.validate(
+            request, self._tools.check, self._models.__contains__, self._check_agent
+        )
 
     @staticmethod
     def _new_run(request: RunRequest, *, interactive: bool, delay: float = 0.0) -> NewRun:

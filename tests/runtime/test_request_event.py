@@ -13,6 +13,8 @@ from tenure import EventKind, Outcome, RunRequest
 def _as_json(request: RunRequest) -> dict[str, Any]:
     data = dataclasses.asdict(request)
     data["tools"] = list(request.tools)
+    if request.agent is None:  # a built-in run's stored form is the one before agents
+        del data["agent"], data["input"]
     return data
 
 

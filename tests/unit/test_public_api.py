@@ -10,6 +10,7 @@ import pytest
 import tenure
 
 EXPECTED = {
+    "AgentContext",
     "Cancelled",
     "DatabaseUnavailable",
     "DecisionConflict",
@@ -20,6 +21,7 @@ EXPECTED = {
     "FallbackExhausted",
     "InvalidRequest",
     "Limits",
+    "ModelReply",
     "Outcome",
     "Probe",
     "ProviderError",
@@ -35,6 +37,7 @@ EXPECTED = {
     "TerminationReason",
     "ToolContext",
     "ToolEffect",
+    "ToolFailed",
     "UnknownModel",
     "UnknownTool",
     "Usage",
@@ -77,7 +80,7 @@ def test_enum_values_are_the_specs() -> None:
     ]  # fmt: skip
     assert [o.value for o in tenure.Outcome] == [
         "completed", "failed", "cancelled", "requeued", "lease_lost",
-        "awaiting_approval", "awaiting_input",
+        "awaiting_approval", "awaiting_input", "sleeping",
     ]  # fmt: skip
     assert [c.value for c in tenure.FailureClass] == [
         "connection", "timeout", "rate_limit", "auth", "configuration", "client_error",
@@ -94,7 +97,8 @@ def test_enum_values_are_the_specs() -> None:
 
 def test_runtime_methods() -> None:
     for name in (
-        "tool", "add_model", "enqueue", "run", "run_queued", "work", "cancel", "status",
+        "tool", "agent", "agents", "add_model", "enqueue", "run", "run_queued", "work", "cancel",
+        "status",
         "events", "runs", "reap", "redrive", "purge", "close", "__enter__", "__exit__",
         "stream",
     ):  # fmt: skip

@@ -152,7 +152,10 @@ class Tool:
         return f"{'.'.join(parts) or 'arguments'}: {error['type']}"
 
     def invoke(self, context: ToolContext, args: dict[str, Any]) -> Any:
-        values = self.validate(args)
+        return self.call(context, self.validate(args))
+
+    def call(self, context: ToolContext, values: dict[str, Any]) -> Any:
+        """The function on validated values (an async one on the loop, within its timeout)."""
         result = self.fn(context, **values) if self.takes_context else self.fn(**values)
         if not self.asynchronous:
             return result

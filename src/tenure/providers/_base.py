@@ -109,6 +109,10 @@ class ModelCall:
     # How long the engine lets the call take: the model's `timeout` (SPEC §15). A provider
     # that waits on the event loop gives up after it. None: the provider's own timeout.
     timeout: float | None = None
+    # An agent function's call (SPEC §20): how many model steps the run took before this one,
+    # and the options its code passed (`ctx.model(..., temperature=0)`).
+    turn: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 class Provider(Protocol):

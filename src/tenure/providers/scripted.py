@@ -61,7 +61,11 @@ class Scripted:
             raise ProviderError(
                 FailureClass.CONFIGURATION, "Scripted model: the request carries no script"
             )
-        answered = sum(1 for m in call.messages if m.get("role") == "assistant")
+        answered = (
+            call.turn
+            if call.turn is not None
+            else sum(1 for m in call.messages if m.get("role") == "assistant")
+        )
         for turn in self._turns_before_answer(turns, answered):
             if isinstance(turn, _Sleep):
                 _sleep(turn.sleep, call.abort)

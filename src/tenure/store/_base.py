@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tenure._limits import Limits
 from tenure._types import (
     Event,
+    EventKind,
     FailureClass,
     Run,
     RunStatus,
@@ -310,8 +311,15 @@ class Store(Protocol):
     def models(self, name: str | None = None) -> list[ModelState]:
         """Every model with a row (or that one), by name."""
 
-    def park(self, lease: Lease, delay: float, payload: dict[str, Any]) -> bool:
-        """Back to the queue until `delay` from now, not charged to the budget, with a
-        `throttled` event of `payload`; False if the run is not ours."""
+    def park(
+        self,
+        lease: Lease,
+        delay: float,
+        payload: dict[str, Any],
+        kind: EventKind = EventKind.THROTTLED,
+    ) -> bool:
+        """Back to the queue until `delay` from now, not charged to the budget, with an
+        event of `kind` (`throttled`, or an agent function's `sleeping`) and `payload`;
+        False if the run is not ours."""
 
     def close(self) -> None: ...

@@ -108,7 +108,13 @@ class CapacityStore(SQLBase):
             now=clock,
         )
 
-    def park(self, lease: Lease, delay: float, payload: dict[str, Any]) -> bool:
+    def park(
+        self,
+        lease: Lease,
+        delay: float,
+        payload: dict[str, Any],
+        kind: EventKind = EventKind.THROTTLED,
+    ) -> bool:
         params = {**self._lease_params(lease), "delay": delay}
-        event = NewEvent(EventKind.THROTTLED, payload)
+        event = NewEvent(kind, payload)
         return self._guarded("park", params, lease.run_id, [event], lease) is not None

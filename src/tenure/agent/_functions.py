@@ -1,0 +1,831 @@
+"""Agent functions (SPEC §20): the user's own code, made durable by a journal of its steps.
+
+A segment of an agent function's run calls the function from the top. Every `ctx.*` call is
+a step at the next position (0, 1, 2 …): the first time it executes and its result (or its
+error) is recorded as an event; on every later segment it is returned from the journal
+without executing. A recorded step must be the step the code asks for at that position
+(kind, name and a digest of its arguments): anything else stops the run as
+`nondeterministic`, never a silently different result.
+
+Steps are carried out by the segment's own machinery — the fenced tool call, the model call
+with its capacity and stream, the hold for a person, the park — so that the built-in loop
+and agent functions share every guarded write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import inspect
+import json
+import random as _random
+import time
+import typing
+import uuid as _uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from tenure import _json, _loop
+from tenure._classify import describe
+from tenure._errors import (
+    InvalidRequest,
+    LeaseLost,
+    ProviderError,
+    RunCancelled,
+    ToolFailed,
+    UnknownModel,
+)
+from tenure._types import (
+    Event,
+    EventKind,
+    FailureClass,
+    Probe,
+    RunRequest,
+    RunResult,
+    RunStatus,
+    TerminationReason,
+    ToolContext,
+    ToolEffect,
+    Usage,
+)
+from tenure.agent import _human
+from tenure.agent._tools import InvalidArguments, Tool, _check_name, _field, parse_docstring
+from tenure.providers._base import ModelCall, ModelReply, ToolCall
+from tenure.store._base import NewEvent, Settlement
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from tenure._endings import Ending
+    from tenure._ladder import Segment
+
+# Steps whose result is a `step` event (the model and tool steps keep their `llm` and
+# `tool` events, with a position).
+STEP_KINDS = ("step", "now", "uuid", "random", "patched", "approve", "input")
+DEFAULT_STEP_TIMEOUT = 60.0
+
+
+# -- registration --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AgentFunction:
+    """A registered agent function: its name, the function, and its input's model."""
+
+    name: str
+    fn: Callable[..., Any]
+    arguments: type[BaseModel]
+    description: str
+
+    @functools.cached_property
+    def input_schema(self) -> dict[str, Any]:
+        return self.arguments.model_json_schema()
+
+    def bind(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The function's keyword arguments from a run's input; InvalidRequest if the input
+        does not match its signature (the first problem named, one line)."""
+        from pydantic import ValidationError
+
+        if not isinstance(values, dict):
+            raise InvalidRequest(f"agent {self.name}: input must be a JSON object")
+        try:
+            parsed = self.arguments.model_validate(values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
+            )
+            raise InvalidRequest(f"agent {self.name}: invalid input: {problems}") from None
+        return {
+            info.alias or name: getattr(parsed, name)
+            for name, info in type(parsed).model_fields.items()
+        }
+
+
+def make_agent(fn: Callable[..., Any], name: str | None = None) -> AgentFunction:
+    """An agent function from `fn(ctx, ...)`: its parameters after the context, with their
+    type hints and the docstring's descriptions, are its input schema."""
+    from pydantic import ConfigDict, PydanticSchemaGenerationError, PydanticUserError, create_model
+
+    if not callable(fn):
+        raise InvalidRequest(f"an agent function must be callable, got {fn!r}")
+    agent_name = _check_name(name or getattr(fn, "__name__", ""))
+    if agent_name == "<lambda>":
+        raise InvalidRequest("an agent function that is a lambda needs name=")
+    if inspect.iscoroutinefunction(fn):
+        raise InvalidRequest(
+            f"agent {agent_name}: an agent function is a plain function (its steps may be "
+            "async tools)"
+        )
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:
+        raise InvalidRequest(f"agent {agent_name}: cannot read its type hints: {exc}") from None
+    params = list(inspect.signature(fn).parameters.values())
+    if not params or params[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        raise InvalidRequest(
+            f"agent {agent_name}: its first parameter receives the tenure.AgentContext"
+        )
+    description, documented = parse_docstring(inspect.getdoc(fn) or "")
+    fields: dict[str, Any] = {}
+    for param in params[1:]:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise InvalidRequest(f"agent {agent_name}: *args and **kwargs cannot be described")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise InvalidRequest(f"agent {agent_name}: its input is passed by name")
+        fields[param.name] = _field(param, hints, documented.get(param.name))
+    try:
+        arguments = create_model(
+            f"{agent_name}_input", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        arguments.model_json_schema()
+    except (PydanticSchemaGenerationError, PydanticUserError, TypeError, NameError) as exc:
+        raise InvalidRequest(
+            f"agent {agent_name}: its parameters cannot be described: {exc}"
+        ) from None
+    return AgentFunction(agent_name, fn, arguments, description or agent_name)
+
+
+# -- the journal of steps ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A step as the journal has it."""
+
+    position: int
+    step: str  # model, tool, step, now, uuid, random, patched, approve, input, sleep
+    name: str
+    digest: str
+    event: Event
+
+    def describe(self) -> str:
+        return f"{self.step} {self.name!r}"
+
+
+@dataclass
+class StepLog:
+    """An agent function's recorded steps by position, and the decisions of people."""
+
+    steps: dict[int, Recorded] = field(default_factory=dict)
+    approvals: dict[int, dict[str, Any]] = field(default_factory=dict)
+    inputs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+
+    @classmethod
+    def rebuild(cls, events: Iterable[Event]) -> StepLog:
+        log = cls()
+        for event in events:
+            p = event.payload
+            if event.kind is EventKind.LLM:
+                log.usage += Usage(**p.get("usage", {}))
+            if event.kind is EventKind.APPROVAL and "turn" in p:
+                log.approvals[p["turn"]] = p
+            elif event.kind is EventKind.INPUT and "turn" in p:
+                log.inputs[p["turn"]] = p
+            position = p.get("position")
+            if isinstance(position, int) and position not in log.steps:
+                step = str(p.get("step", "sleep" if event.kind is EventKind.SLEEPING else ""))
+                log.steps[position] = Recorded(
+                    position, step, str(p.get("name")), str(p.get("digest")), event
+                )
+        return log
+
+    @property
+    def last(self) -> int:
+        return max(self.steps, default=-1)
+
+
+def digest(value: Any) -> str:
+    """A short digest of a step's arguments as JSON (keys sorted), the same in every process."""
+    text = json.dumps(_json.json_safe(value), sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Nondeterministic(ProviderError):
+    """The code asked, at a recorded position, for another step than the journal holds."""
+
+    def __init__(self, position: int, recorded: str, asked: str) -> None:
+        super().__init__(
+            FailureClass.CONFIGURATION,
+            f"nondeterministic at step {position}: the journal has {recorded}, "
+            f"the code asked {asked}",
+        )
+
+
+class _Yield(BaseException):
+    """The segment ends inside the function (a long sleep, a hold for a person, a budget
+    spent): carries the segment's result up through the user's code. A BaseException, so
+    that the function's own `except Exception` does not swallow it."""
+
+    def __init__(self, result: RunResult | Ending) -> None:
+        super().__init__("the segment ended")
+        self.result = result
+
+
+# -- the context ---------------------------------------------------------------------------
+
+
+class AgentContext:
+    """What an agent function receives: every method is a durable step (SPEC §20)."""
+
+    def __init__(
+        self, segment: Segment, request: RunRequest, log: StepLog, agent: AgentFunction
+    ) -> None:
+        self._segment = segment
+        self._request = request
+        self._log = log
+        self._agent = agent
+        self._position = 0
+        self._model_turns = 0
+        self._fence_call: dict[str, Any] | None = (
+            json.loads(segment.fence_call) if segment.fence_call else None
+        )
+
+    # -- plain values ----------------------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self._segment.run_id
+
+    @property
+    def attempt(self) -> int:
+        return self._segment.lease.attempt
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the run was cancelled (or is no longer this segment's)."""
+        segment = self._segment
+        if segment.abort_signal.is_set():
+            return True
+        return segment.store.run_status(segment.run_id) is RunStatus.CANCELLED
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancelled:
+            raise RunCancelled(self.run_id)
+
+    # -- the journal -----------------------------------------------------------------------
+
+    def _next(self, step: str, name: str, args_digest: str) -> tuple[int, Recorded | None]:
+        """The next position, and its recorded step if the journal has one (checked)."""
+        self._segment._check_held()
+        position = self._position
+        self._position += 1
+        found = self._log.steps.get(position)
+        if found is not None and (found.step, found.name, found.digest) != (
+            step,
+            name,
+            args_digest,
+        ):
+            asked = f"{step} {name!r}"
+            if (found.step, found.name) == (step, name):
+                recorded, asked = f"{found.describe()} with other arguments", asked
+            else:
+                recorded = found.describe()
+            raise Nondeterministic(position, recorded, asked)
+        return position, found
+
+    def _record(self, events: list[NewEvent], usage: Usage | None = None) -> None:
+        if usage is None:
+            self._segment._record(events)
+        else:
+            self._segment._record(events, usage)
+
+    def _value_step(self, kind: str, name: str, args: Any, make: Callable[[], Any]) -> Any:
+        d = digest(args)
+        position, found = self._next(kind, name, d)
+        if found is not None:
+            return found.event.payload.get("result")
+        value = _json.json_safe(make())
+        payload = {"position": position, "step": kind, "name": name, "digest": d, "result": value}
+        self._record([NewEvent(EventKind.STEP, payload)])
+        return value
+
+    def now(self) -> datetime:
+        """The time, recorded once: the same on replay."""
+        text = self._value_step("now", "now", None, lambda: datetime.now(UTC).isoformat())
+        return datetime.fromisoformat(text)
+
+    def uuid(self) -> str:
+        """A random UUID (version 4), recorded once."""
+        return str(self._value_step("uuid", "uuid", None, lambda: str(_uuid.uuid4())))
+
+    def random(self) -> float:
+        """A random number in [0, 1), recorded once."""
+        return float(self._value_step("random", "random", None, _random.random))
+
+    def patched(self, change_id: str) -> bool:
+        """True for a run that reaches this point first under code with the change; False
+        while replaying a journal recorded before it (the old code's steps follow here)."""
+        if not isinstance(change_id, str) or not change_id:
+            raise InvalidRequest("patched: change_id must be a non-empty string")
+        position = self._position
+        found = self._log.steps.get(position)
+        if found is not None and (found.step, found.name) != ("patched", change_id):
+            return False  # recorded by code without the change: no position taken
+        return bool(self._value_step("patched", change_id, None, lambda: True))
+
+    # -- model and tools -------------------------------------------------------------------
+
+    def model(
+        self,
+        messages: Sequence[dict[str, Any]] | str,
+        *,
+        model: str | None = None,
+        tools: Sequence[str] | None = None,
+        **options: Any,
+    ) -> ModelReply:
+        """One model call (capacity, streaming and budgets apply); a string is one user
+        message."""
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        name = model or self._request.model
+        tool_names = list(tools or ())
+        listed = list(messages)
+        d = digest({"messages": listed, "tools": tool_names, "options": options})
+        position, found = self._next("model", name, d)
+        turn = self._model_turns
+        self._model_turns += 1
+        if found is not None:
+            return _reply(found.event.payload)
+        segment, engine = self._segment, self._segment.engine
+        if _over_budget(self._request, self._log.usage):
+            raise _Yield(segment._finish(TerminationReason.BUDGET_EXHAUSTED))
+        provider = engine.models.get(name)
+        if provider is None:
+            raise ProviderError(FailureClass.CONFIGURATION, str(UnknownModel(name)))
+        missing = [t for t in tool_names if engine.tools.get(t) is None]
+        if missing:
+            raise _Yield(segment._hand_back_unserved([f"tool {t!r}" for t in missing]))
+        request = (
+            self._request
+            if name == self._request.model
+            else dataclasses.replace(self._request, model=name)
+        )
+        call = ModelCall(
+            messages=listed,
+            tools=engine.tools.specs(tool_names),
+            run_id=segment.run_id,
+            attempt=segment.lease.attempt,
+            request=request,
+            abort=segment.abort_signal,
+            timeout=engine.model_timeout(name),
+            through=segment._through,
+            turn=turn,
+            options=options,
+        )
+        reply = segment._ask(provider, call)
+        payload = {
+            **llm_payload(reply),
+            "position": position,
+            "step": "model",
+            "name": name,
+            "digest": d,
+        }
+        self._record([NewEvent(EventKind.LLM, payload)], reply.usage)
+        self._log.usage += reply.usage
+        return reply
+
+    def tool(self, name: str, /, **args: Any) -> Any:
+        """A registered tool with its effect, fence, probe, timeout, approval and the
+        idempotency key `RUN_ID:POSITION`; a tool that raises raises `tenure.ToolFailed`."""
+        segment = self._segment
+        tool = segment.engine.tools.get(name)
+        if tool is None:
+            raise _Yield(segment._hand_back_unserved([f"tool {name!r}"]))
+        return self._fenced(tool, "tool", args, lambda context, values: tool.call(context, values))
+
+    def step(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        name: str | None = None,
+        effect: ToolEffect | str = ToolEffect.READ_ONLY,
+        timeout: float = DEFAULT_STEP_TIMEOUT,
+        probe: Callable[..., Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Any function as a step: its JSON result recorded once, with the effect rules of
+        a tool (a write is fenced; a non-idempotent one may have a probe, called as
+        `probe(ctx, *args, **kwargs)`). A function whose first parameter is annotated
+        `tenure.ToolContext` receives it (its `idempotency_key` is `RUN_ID:POSITION`)."""
+        tool = step_tool(fn, name, effect, timeout, probe)
+        values = {"args": list(args), "kwargs": kwargs}
+
+        def invoke(context: ToolContext, given: dict[str, Any]) -> Any:
+            return tool.call(context, given)
+
+        return self._fenced(tool, "step", values, invoke)
+
+    def _fenced(
+        self,
+        tool: Tool,
+        kind: str,
+        args: dict[str, Any],
+        invoke: Callable[[ToolContext, dict[str, Any]], Any],
+    ) -> Any:
+        """A tool or step function at the next position: replayed when recorded; else
+        (after a person's approval, if its tool needs one, and its probe, if its write is in
+        doubt here) run by the segment's fenced call, and its event recorded."""
+        segment = self._segment
+        d = digest(args)
+        if kind == "tool" and _human.needs_approval(tool, segment.engine.settings.approve_writes):
+            approved, who = self._decided(self._position, "approval", tool.name, args, tool)
+            if not approved:
+                return self._denied(tool, kind, args, d, who)
+        position, found = self._next(kind, tool.name, d)
+        if found is not None:
+            return _replayed(found)
+        key = f"{segment.run_id}:{position}"
+        started = time.monotonic()
+        done, result = self._in_doubt(tool, kind, position, d, args, key)
+        if done:
+            return result
+        error: str | None = None
+        values = args
+        if kind == "tool":
+            try:
+                values = tool.validate(args)
+            except InvalidArguments as exc:
+                error = str(exc)
+        ran = error is None
+        if ran:
+            where = {"position": position, "step": kind}
+            result, error = segment.fenced_call(
+                tool, args, key, where, lambda context: invoke(context, values)
+            )
+        event = _written(kind, tool, position, d, args, result, error, key, started)
+        if ran and tool.effect.is_write:  # its fence stands: cleared with its event
+            segment.record_written(tool.name, event)
+        else:
+            self._record([event])
+        if error is not None:
+            raise ToolFailed(tool.name, error)
+        return result
+
+    def _denied(self, tool: Tool, kind: str, args: dict[str, Any], d: str, who: str) -> Any:
+        """A tool call a person denied: recorded as the step's error, never run."""
+        position, found = self._next(kind, tool.name, d)
+        if found is not None:
+            return _replayed(found)
+        error = f"denied by {who or 'a person'}"
+        self._record([_written(kind, tool, position, d, args, None, error, "", 0.0)])
+        raise ToolFailed(tool.name, error)
+
+    def _in_doubt(
+        self, tool: Tool, kind: str, position: int, d: str, args: dict[str, Any], key: str
+    ) -> tuple[bool, Any]:
+        """The write this run came back in doubt for, if it is this step's: its probe asked
+        (SPEC §16). (True, result): it happened, its event now recorded; (False, None): run
+        it (again, same key); an unknown verdict dead-letters the run and ends the segment."""
+        fenced = self._fence_call
+        if fenced is None or fenced.get("position") != position:
+            return False, None
+        self._fence_call = None
+
+        def written(result: Any, began: float) -> NewEvent:
+            return _written(kind, tool, position, d, args, result, None, key, began)
+
+        from tenure._indoubt import resolve_call
+
+        settled = resolve_call(self._segment, tool, fenced, written, located=True)
+        if not isinstance(settled, Probe):
+            raise _Yield(settled)
+        return settled.verdict == "done", settled.result
+
+    def agent_loop(
+        self,
+        prompt: str,
+        *,
+        tools: Sequence[str] = (),
+        model: str | None = None,
+        max_iterations: int = 10,
+        system: str | None = None,
+    ) -> str:
+        """The built-in model/tool loop, each of its calls a step of this run: the model is
+        asked, its tool calls run (a failed one goes back to it as the call's result), until
+        it answers without calls or `max_iterations` answers were given."""
+        if not isinstance(max_iterations, int) or max_iterations < 1:
+            raise InvalidRequest("agent_loop: max_iterations must be a positive integer")
+        messages: list[dict[str, Any]] = []
+        if system:
+            messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": prompt})
+        for _ in range(max_iterations):
+            reply = self.model(messages, model=model, tools=tools)
+            messages.append(_json.json_safe(reply.message()))
+            if not reply.tool_calls:
+                return reply.text or ""
+            for call in reply.tool_calls:
+                messages.append(self._loop_call(call, tools))
+        raise ToolFailed("agent_loop", f"no answer within {max_iterations} iterations")
+
+    def _loop_call(self, call: ToolCall, allowed: Sequence[str]) -> dict[str, Any]:
+        from tenure.agent._journal import tool_message
+
+        if call.name not in allowed:
+            return tool_message(call.id, None, f"tool {call.name!r} is not available to this run")
+        try:
+            result = self.tool(call.name, **call.args)
+        except ToolFailed as exc:
+            return tool_message(call.id, None, exc.error)
+        return tool_message(call.id, result, None)
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    def sleep(self, seconds: float) -> None:
+        """A durable timer: a sleep up to the lease is slept here (the lease kept); a longer
+        one ends the segment and the run waits in the queue, uncharged, until it is due."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise InvalidRequest(f"sleep: seconds must be a number >= 0, got {seconds!r}")
+        segment = self._segment
+        d = digest(seconds)
+        position, found = self._next("sleep", "sleep", d)
+        if found is not None:
+            if self._log.last > position:
+                return  # the journal goes on past it: the sleep is over
+            until = datetime.fromisoformat(str(found.event.payload["until"]))
+        else:
+            until = datetime.now(UTC) + _seconds(seconds)
+        left = (until - datetime.now(UTC)).total_seconds()
+        payload = {"position": position, "step": "sleep", "name": "sleep", "digest": d}
+        payload["until"] = until.isoformat()
+        if left > segment.lease_seconds:
+            raise _Yield(segment.sleep_until(left, {**payload, "parked": True}))
+        if found is None:
+            self._record([NewEvent(EventKind.SLEEPING, {**payload, "parked": False})])
+        if left > 0:
+            with segment.step_deadline(left + segment.lease_seconds):
+                if segment.abort_signal.wait(left):
+                    segment._check_held()
+
+    def approve(self, name: str, args: dict[str, Any] | None = None) -> bool:
+        """A person approves (True) or denies (False); the run waits without a slot."""
+        _check_step_name("approve", name)
+        values = dict(args or {})
+        position = self._position
+        approved, _ = self._decided(position, "approval", name, values, None)
+        return bool(self._value_step("approve", name, values, lambda: approved))
+
+    def input(self, prompt: str, schema: dict[str, Any] | type[BaseModel]) -> Any:
+        """Values a person submits, checked against `schema` (a pydantic model, whose
+        instance is returned, or an object JSON schema, whose dict is); the run waits for
+        them without a slot. The values are recorded in the run's journal."""
+        _check_step_name("input", prompt)
+        gate = _human.make_gate(
+            "input",
+            requires_approval=False,
+            input_schema=schema,
+            sensitive=False,
+            approval_timeout=None,
+        )
+        assert gate.input_schema is not None
+        args = {"prompt": prompt}
+        position = self._position
+        values = None
+        if self._log.steps.get(position) is None:
+            values, _ = self._decided(position, "input", prompt, args, None, gate.input_schema)
+        result = self._value_step("input", prompt, args, lambda: values)
+        if gate.input_model is not None:
+            return gate.input_model.model_validate(result)
+        return result
+
+    def _decided(
+        self,
+        position: int,
+        kind: str,
+        name: str,
+        args: dict[str, Any],
+        tool: Tool | None,
+        schema: dict[str, Any] | None = None,
+    ) -> tuple[Any, str]:
+        """A person's decision at `position`: (approved, by whom) or, for input, (values,
+        by whom). Holds the run for a person when none is recorded yet."""
+        found = self._log.steps.get(position)
+        if found is not None:
+            # Decided and recorded: the step itself replays it (or finds it changed).
+            result = found.event.payload.get("result")
+            return (result if found.step != "tool" else True), ""
+        if kind == "approval" and position in self._log.approvals:
+            decision = self._log.approvals[position]
+            note = decision.get("note")
+            who = str(decision.get("decided_by", "a person")) + (f": {note}" if note else "")
+            return bool(decision.get("approved")), who
+        if kind == "input" and position in self._log.inputs:
+            values = _human.decided_values(self._segment.decision, position)
+            if values is not None:
+                return values, str(self._log.inputs[position].get("submitted_by", ""))
+        segment = self._segment
+        held_call = {
+            "call_id": f"step-{position}",
+            "tool": name if tool is not None else f"ctx.{kind}",
+            "name": name,
+            "effect": str(tool.effect if tool else ToolEffect.READ_ONLY),
+            "args": args,
+            "kind": kind,
+            "sensitive": bool(tool and tool.gate.sensitive),
+            "input_schema": schema,
+            "approval_timeout": tool.gate.approval_timeout if tool else None,
+            "position": position,
+        }
+        status = (
+            RunStatus.WAITING_FOR_APPROVAL if kind == "approval" else RunStatus.WAITING_FOR_INPUT
+        )
+        hold = _human.Hold(status, position, [held_call])
+        raise _Yield(segment._suspend(self._request, hold))
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _check_step_name(what: str, name: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest(f"{what}: a name must be a non-empty string")
+
+
+def _seconds(seconds: float) -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=float(seconds))
+
+
+def _replayed(found: Recorded) -> Any:
+    error = found.event.payload.get("error")
+    if error is not None:
+        raise ToolFailed(found.name, str(error))
+    return found.event.payload.get("result")
+
+
+def _written(
+    kind: str,
+    tool: Tool,
+    position: int,
+    d: str,
+    args: dict[str, Any],
+    result: Any,
+    error: str | None,
+    key: str,
+    started: float,
+) -> NewEvent:
+    payload = {
+        "position": position,
+        "step": kind,
+        "name": tool.name,
+        "digest": d,
+        "args": args,
+        "effect": str(tool.effect),
+        "result": result,
+        "error": None if error is None else _json.json_safe(error),
+        "idempotency_key": key,
+        "duration_ms": round((time.monotonic() - started) * 1000, 3) if started else 0.0,
+    }
+    return NewEvent(EventKind.TOOL if kind == "tool" else EventKind.STEP, payload)
+
+
+@functools.lru_cache(maxsize=1024)
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        return False
+    return bool(params) and hints.get(params[0].name) is ToolContext
+
+
+def step_tool(
+    fn: Callable[..., Any],
+    name: str | None,
+    effect: ToolEffect | str,
+    timeout: float,
+    probe: Callable[..., Any] | None,
+) -> Tool:
+    """A `ctx.step` function as a tool without a schema: its arguments are recorded as
+    given (`{"args": [...], "kwargs": {...}}`)."""
+    from tenure._policy import check_seconds
+    from tenure.agent._tools import _check_probe, _effect
+
+    if not callable(fn):
+        raise InvalidRequest(f"step: expected a function, got {fn!r}")
+    step_name = name or getattr(fn, "__name__", "")
+    if not name and step_name == "<lambda>":
+        raise InvalidRequest(
+            "step: a lambda needs name= (its name must stay the same across versions)"
+        )
+    step_name = _check_name(step_name)
+    effect = _effect(step_name, effect)
+    _check_probe(step_name, effect, probe)
+    seconds = check_seconds(f"step {step_name}: timeout", timeout)
+    takes_context = _takes_context(fn)
+    asynchronous = inspect.iscoroutinefunction(fn)
+
+    def call(*context: ToolContext, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        result = fn(*context, *args, **kwargs)
+        if asynchronous:
+            return _loop.run(result, timeout=seconds, what=f"step {step_name!r}")
+        return result
+
+    asked = None
+    if probe is not None:
+        given = probe
+
+        def asked(context: ToolContext, args: list[Any], kwargs: dict[str, Any]) -> Any:
+            return given(context, *args, **kwargs)
+
+    return Tool(
+        name=step_name,
+        fn=call,
+        effect=effect,
+        timeout=float(seconds),
+        description=step_name,
+        arguments=None,
+        takes_context=takes_context,
+        probe=asked,
+    )
+
+
+def _reply(payload: dict[str, Any]) -> ModelReply:
+    """A recorded model step's reply, as the call returned it."""
+    message = payload.get("message") or {}
+    calls = tuple(
+        ToolCall(
+            id=str(c.get("id")),
+            name=str(c["function"]["name"]),
+            args=json.loads(c["function"].get("arguments") or "{}"),
+        )
+        for c in message.get("tool_calls") or []
+    )
+    return ModelReply(
+        text=message.get("content"),
+        tool_calls=calls,
+        usage=Usage(**payload.get("usage", {})),
+        model=str(payload.get("model", "")),
+    )
+
+
+def llm_payload(reply: ModelReply) -> dict[str, Any]:
+    return {
+        "message": reply.message(),
+        "model": reply.model,
+        "usage": {
+            "input_tokens": reply.usage.input_tokens,
+            "output_tokens": reply.usage.output_tokens,
+            "cost": reply.usage.cost,
+        },
+    }
+
+
+def _over_budget(request: RunRequest, usage: Usage) -> bool:
+    if request.max_tokens is not None and usage.total_tokens >= request.max_tokens:
+        return True
+    return request.max_cost is not None and usage.cost >= request.max_cost
+
+
+# -- the driver ----------------------------------------------------------------------------
+
+
+def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunResult | Ending:
+    """One segment of an agent function's run: the function called from the top, its
+    recorded steps replayed, then executed on until it returns or the segment ends."""
+    first = segment.lease.attempt == 0 and segment.fence_call is None
+    events = [] if first else segment.store.events(segment.run_id)
+    log = StepLog.rebuild(events)
+    context = AgentContext(segment, request, log, agent)
+    try:
+        kwargs = agent.bind(request.input or {})
+    except InvalidRequest as exc:  # the function's signature changed since the enqueue
+        raise ProviderError(FailureClass.CONFIGURATION, str(exc)) from None
+    try:
+        value = agent.fn(context, **kwargs)
+    except _Yield as ended:
+        return ended.result
+    except (LeaseLost, RunCancelled, ProviderError):
+        raise  # a step's failure or the run's loss: the segment's recovery decides
+    except Exception as exc:
+        segment._check_held()
+        raise ProviderError(
+            FailureClass.UNKNOWN, f"agent {agent.name} raised {describe(exc)}"
+        ) from exc
+    segment._check_held()
+    left = [s for p, s in sorted(log.steps.items()) if p >= context._position]
+    if left:
+        raise Nondeterministic(left[0].position, left[0].describe(), "nothing: it returned")
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        from tenure._requests import check_json_value
+
+        check_json_value("output", value)
+    except (TypeError, ValueError) as exc:
+        raise ProviderError(
+            FailureClass.CONFIGURATION,
+            f"agent {agent.name} returned a {type(value).__name__}, which is not JSON: {exc}",
+        ) from None
+    assembled = NewEvent(EventKind.ASSEMBLED, {"output": text})
+    settlement = Settlement(
+        RunStatus.COMPLETED, TerminationReason.COMPLETED, output=text, events=(assembled,)
+    )
+    return segment._end(settlement, output=text)
