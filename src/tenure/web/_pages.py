@@ -19,6 +19,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from tenure import RunStatus, TerminationReason, __version__
 from tenure._errors import InvalidRequest
+from tenure._text import span
 from tenure.web import _overview, _views
 from tenure.web._security import (
     CSRF_FIELD,
@@ -66,7 +67,7 @@ _env = Environment(
 )
 _env.filters["time"] = _time
 _env.filters["short_id"] = _overview.short_id
-_env.filters["span"] = _overview.span
+_env.filters["span"] = span
 _env.globals["relative"] = _overview.relative
 _env.filters["ms"] = _ms
 _env.filters["pretty"] = lambda v: json.dumps(v, indent=1, default=str, ensure_ascii=False)
