@@ -280,8 +280,10 @@ def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
     if backoff_until is not None and backoff_until <= web.store.now():
         backoff_until = None
     calls: list[_views.HeldCall] = []
+    context = None
     if web.hitl and run.status in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT):
         calls = web.held_calls(run_id, caller, reveal=reveal)
+        context = web.held_context(run_id, caller, reveal=reveal)
     return render(
         request,
         "run.html",
@@ -292,6 +294,7 @@ def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
         backoff_until=backoff_until,
         reveal=reveal,
         calls=calls,
+        context=context,
         fields=_fields,
     )
 
@@ -501,8 +504,18 @@ def pending_page(request: Request, reveal: bool = False) -> Response:
         raise InvalidRequest("this runtime has no human-in-the-loop support")
     reveal = _reveal(request, caller, reveal)
     rt: Any = web.runtime
-    items = [(run, web.held_calls(run.id, caller, reveal=reveal)) for run in rt.pending(limit=100)]
-    hidden = any(call.hidden for _, calls in items for call in calls)
+    items = [
+        (
+            run,
+            web.held_calls(run.id, caller, reveal=reveal),
+            web.held_context(run.id, caller, reveal=reveal),
+        )
+        for run in rt.pending(limit=100)
+    ]
+    hidden = any(
+        any(call.hidden for call in calls) or (context is not None and context.hidden)
+        for _, calls, context in items
+    )
     return render(
         request, "pending.html", items=items, reveal=reveal, hidden=hidden, fields=_fields
     )
