@@ -236,13 +236,17 @@ def test_a_damaged_row_shows_as_damaged_and_the_pending_listing_goes_on(
     )
     assert changed == 1
     assert raw_execute(db_url, "UPDATE tenure_runs SET request = ? WHERE id = ?", "{no", asked.b2)
+    # A time neither store's reader can turn into a datetime (year 33715).
+    far = 1e12 + 1.7e9 if db_url.startswith("sqlite") else "33715-01-01 00:00:00+00"
+    assert raw_execute(db_url, "UPDATE tenure_runs SET updated_at = ? WHERE id = ?", far, asked.a1)
     assert raw_execute(db_url, "UPDATE tenure_runs SET waiting = ? WHERE id = ?", "[1", asked.wire)
     response = client.get("/api/pending", headers=AUTH)
     assert response.status_code == 200, response.text
     pending = {r["id"]: r for r in response.json()}
     a1 = pending[asked.a1]["context"]
     assert a1["prompt"] == ASKED_PROMPTS["a1"] and a1["model_text"] is None
-    assert "the model's turn" in a1["damaged"]
+    assert "the model's turn" in a1["damaged"] and "when it began to wait" in a1["damaged"]
+    assert a1["waited_seconds"] is None and a1["waiting_since"] is None
     b2 = pending[asked.b2]["context"]
     # The run's request event still has its prompt.
     assert b2["model_text"] == ASKED_WORDS["b2"] and b2["prompt"] == ASKED_PROMPTS["b2"]
