@@ -18,3 +18,15 @@ def raw_execute(db_url: str, sql: str, *params: Any) -> int:
 
     with psycopg.connect(db_url, autocommit=True) as conn:
         return conn.execute(sql.replace("?", "%s"), params).rowcount  # type: ignore[arg-type]
+
+
+def backdate_update(db_url: str, run_id: str, seconds: float) -> None:
+    """Move a run's `updated_at` (when a waiting run began to wait) `seconds` into the past,
+    as if it had waited that long: neither store's clock can be moved from a test."""
+    if db_url.startswith("sqlite:///"):
+        sql = "UPDATE tenure_runs SET updated_at = updated_at - ? WHERE id = ?"
+    else:
+        sql = (
+            "UPDATE tenure_runs SET updated_at = updated_at - make_interval(secs => ?) WHERE id = ?"
+        )
+    assert raw_execute(db_url, sql, seconds, run_id) == 1

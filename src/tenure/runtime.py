@@ -34,6 +34,7 @@ from tenure._types import (
 )
 from tenure._worker import DEFAULT_GRACE_SECONDS, DEFAULT_POLL_INTERVAL, Worker
 from tenure.agent._functions import AgentFunction, make_agent
+from tenure.agent._held import HeldContext, held_context
 from tenure.agent._human import validate_input
 from tenure.agent._tools import DEFAULT_TOOL_TIMEOUT, Toolbox, make_tool
 from tenure.providers._awaited import Awaited
@@ -398,6 +399,33 @@ class Runtime:
             return []
         keys = ("call_id", "tool", "effect", "args", "kind", "sensitive", "input_schema")
         return [{k: call.get(k) for k in keys} for call in run.waiting["calls"]]
+
+    def pending_context(self, run_id: str, *, reveal: bool = False) -> HeldContext | None:
+        """Why a waiting run's held calls were asked for: the run's prompt, the model's words
+        in the turn that made them, and how long it has waited; None if it is not waiting.
+
+        The prompt and the words are "<hidden>" (`hidden` says why) once the run has called
+        a tool declared sensitive, unless `reveal`; what cannot be read is named in
+        `damaged`, never raised."""
+        run = self.store.get_run(run_id, with_request=True)
+        if run is None or run.status not in (
+            RunStatus.WAITING_FOR_APPROVAL,
+            RunStatus.WAITING_FOR_INPUT,
+        ):
+            return None
+        tools = self._tools
+
+        def declared_sensitive(name: str) -> bool:
+            tool = tools.get(name)
+            return tool is not None and tool.gate.sensitive
+
+        return held_context(
+            run,
+            self.store.events(run_id),
+            self.store.now(),
+            declared_sensitive=declared_sensitive,
+            reveal=reveal,
+        )
 
     def approve(
         self,

@@ -138,3 +138,69 @@ def test_pending_shows_the_arguments_of_calls_not_sensitive(any_cli: Cli) -> Non
     any_cli("--app", app, "worker", "--burst", "--poll-interval", "0.05")
     status = any_cli("--app", app, "status", refund, "--json").json()
     assert status["status"] == RunStatus.COMPLETED
+
+
+def hold(cli: Cli, app: str, prompt: str, tool: str, args: dict[str, object], said: str) -> str:
+    """A run held on `tool`, whose model said `said` in the turn that asked for it."""
+    script = cli.script([{"call": [{"tool": tool, "args": args}], "text": said}, {"say": "ok"}])
+    result = cli(
+        "--app", app, "enqueue", "--prompt", prompt, "--model", "scripted", "--tool", tool,
+        "--script", script,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    run_id = result.out.strip()
+    worked = cli("--app", app, "worker", "--burst", "--poll-interval", "0.05")
+    assert worked.code == 0, worked.err
+    return run_id
+
+
+def test_pending_shows_why_each_call_was_made_and_how_long_it_waits(any_cli: Cli) -> None:
+    from .._raw import backdate_update
+
+    app = gated(any_cli)
+    long_prompt = "Customer 118 writes: my order A-1 arrived broken. " + "Details. " * 60
+    first = hold(any_cli, app, long_prompt, "refund", {"order": "A-1"}, "A-1 came broken: refund")
+    second = hold(
+        any_cli, app, "Customer 7: B-2 never came", "refund", {"order": "B-2"}, "B-2 was lost"
+    )
+    wire = hold(
+        any_cli, app, "Pay supplier DE89", "wire", {"iban": "DE89 3704", "amount": 900}, "DE89 now"
+    )
+    backdate_update(any_cli.url, second, 2 * 3600 + 5 * 60)
+    listed = any_cli("--app", app, "pending")
+    assert listed.code == 0, listed.err
+    blocks = _blocks(listed.out)
+    assert "prompt: Customer 118 writes: my order A-1 arrived broken." in blocks[first]
+    assert "model said: A-1 came broken: refund" in blocks[first]
+    assert "Details. " * 60 not in listed.out  # a long prompt is clipped here, whole in --json
+    assert "prompt: Customer 7: B-2 never came" in blocks[second]
+    assert "model said: B-2 was lost" in blocks[second]
+    assert " 2h 5m " in blocks[second].splitlines()[0]  # how long it has waited
+    assert "prompt: hidden: sensitive tool wire" in blocks[wire]
+    assert "model said: hidden: sensitive tool wire" in blocks[wire]
+    assert "DE89" not in listed.out
+
+    as_json = {r["id"]: r for r in any_cli("--app", app, "pending", "--json").json()}
+    context = as_json[first]["context"]
+    assert context["prompt"] == long_prompt and context["model_text"] == "A-1 came broken: refund"
+    assert context["hidden"] is None and context["damaged"] is None
+    assert 0 <= context["waited_seconds"] < 2 * 3600
+    assert as_json[second]["context"]["prompt"] == "Customer 7: B-2 never came"
+    assert as_json[second]["context"]["waited_seconds"] >= 2 * 3600 + 5 * 60
+    assert as_json[second]["context"]["waiting_since"] == as_json[second]["updated_at"]
+    hidden = as_json[wire]["context"]
+    assert hidden["prompt"] == "<hidden>" and hidden["model_text"] == "<hidden>"
+    assert hidden["hidden"] == "sensitive tool wire" and hidden["waited_seconds"] >= 0
+    assert "DE89" not in json.dumps(as_json)
+
+
+def _blocks(text: str) -> dict[str, str]:
+    """`tenure pending`'s output by run: its row and the lines under it."""
+    blocks: dict[str, str] = {}
+    current = ""
+    for line in text.splitlines()[1:]:
+        if not line.startswith(" "):
+            current = line.split()[0]
+            blocks[current] = ""
+        blocks[current] += line + "\n"
+    return blocks

@@ -409,3 +409,61 @@ def test_input_is_checked_against_the_whole_json_schema(runtime: tenure.Runtime)
     result = runtime.submit_input(run_id, good, submitted_by="x", execute="inline")
     assert result is not None and result.outcome is Outcome.COMPLETED
     assert got == [good]
+
+
+def test_the_context_of_a_held_turn(runtime: tenure.Runtime) -> None:
+    """Why the held calls were asked for: the prompt, the model's words, the wait."""
+    gated(runtime)
+
+    @runtime.tool(sensitive=True)
+    def balance(account: str) -> int:
+        return 1200
+
+    said = "Looking first, then paying 5 as the invoice says."
+    plain = runtime.enqueue(
+        RunRequest(
+            prompt="pay invoice 17",
+            model="scripted",
+            tools=["pay", "look"],
+            script=[
+                {"call": [{"tool": "look"}, {"tool": "pay", "args": {"amount": 5}}], "text": said},
+                {"say": "done"},
+            ],
+        )
+    )
+    silent = runtime.enqueue(pay_request())
+    earlier = runtime.enqueue(
+        RunRequest(
+            prompt="pay what account 9 holds",
+            model="scripted",
+            tools=["pay", "balance"],
+            script=[
+                {"call": [{"tool": "balance", "args": {"account": "9"}}]},
+                {"call": [{"tool": "pay", "args": {"amount": 1200}}], "text": "It holds 1200."},
+                {"say": "done"},
+            ],
+        )
+    )
+    for run_id in (plain, silent, earlier):
+        result = runtime.run_queued(run_id)
+        assert result is not None and result.outcome is Outcome.AWAITING_APPROVAL, result
+
+    context = runtime.pending_context(plain)
+    assert context is not None and context.hidden == "" and context.damaged == ""
+    assert (context.prompt, context.model_text) == ("pay invoice 17", said)
+    assert context.waited_seconds is not None and context.waited_seconds >= 0
+    run = runtime.status(plain)
+    assert run is not None and context.waiting_since == run.updated_at
+    context = runtime.pending_context(silent)
+    assert context is not None and (context.prompt, context.model_text) == ("pay 5", "")
+    # The held call is not sensitive, but an earlier one of the run was: the model's words
+    # may repeat what it returned.
+    context = runtime.pending_context(earlier)
+    assert context is not None and context.hidden == "sensitive tool balance"
+    assert (context.prompt, context.model_text) == ("<hidden>", "<hidden>")
+    context = runtime.pending_context(earlier, reveal=True)
+    assert context is not None and context.model_text == "It holds 1200." and not context.hidden
+    # Not waiting (any more): nothing to show.
+    runtime.approve(plain, True, decided_by="ada")
+    assert runtime.pending_context(plain) is None
+    assert runtime.pending_context("no-such-run") is None

@@ -268,3 +268,47 @@ def csrf_of(html: str) -> str:
     match = re.search(r'name="csrf" value="([^"]+)"', html)
     assert match, "no CSRF token in the page"
     return match.group(1)
+
+
+@dataclass
+class Asked:
+    a1: str  # a refund of order A-1, for the reason its prompt and the model's words give
+    b2: str  # a refund of order B-2, for another reason
+    wire: str  # a wire: its tool is sensitive
+
+
+ASKED_PROMPTS = {
+    "a1": "Customer 118 writes: my order A-1 arrived broken. " + "The box was crushed. " * 30,
+    "b2": "Customer 7 writes: order B-2 never came.",
+    "wire": "Pay the supplier to DE89 3704 0044 0532 0130 00",
+}
+ASKED_WORDS = {
+    "a1": "Order A-1 arrived broken; the photos confirm it. I will refund 4321.",
+    "b2": "The carrier lost B-2. Refunding 55.",
+    "wire": "Wiring 900 to DE89 3704 0044 0532 0130 00 as asked.",
+}
+
+
+def seed_asked(rt: tenure.Runtime) -> Asked:
+    """Two refund runs that hold alike-looking calls for different reasons, and a wire."""
+    calls = {
+        "a1": ("refund", {"amount": 4321, "order": "A-1"}),
+        "b2": ("refund", {"amount": 55, "order": "B-2"}),
+        "wire": ("wire", WIRE_ARGS),
+    }
+    held = {}
+    for key, (tool, args) in calls.items():
+        run_id = rt.enqueue(
+            RunRequest(
+                prompt=ASKED_PROMPTS[key],
+                tools=[tool],
+                script=[
+                    {"call": [{"tool": tool, "args": args}], "text": ASKED_WORDS[key]},
+                    {"say": "done"},
+                ],
+            )
+        )
+        result = rt.run_queued(run_id)
+        assert result is not None and result.outcome is Outcome.AWAITING_APPROVAL, result
+        held[key] = run_id
+    return Asked(**held)

@@ -4,6 +4,7 @@ On every store."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -14,7 +15,10 @@ from fastapi.testclient import TestClient
 import tenure
 from tenure import Outcome, RunStatus
 
+from .._raw import backdate_update, raw_execute
 from .conftest import (
+    ASKED_PROMPTS,
+    ASKED_WORDS,
     AUTH,
     REFUND_ARGS,
     SHIP_ARGS,
@@ -23,6 +27,7 @@ from .conftest import (
     Held,
     login,
     make_runtime,
+    seed_asked,
     seed_held,
 )
 
@@ -109,16 +114,21 @@ def test_pending_page_shows_what_is_decided_without_revealing(
     assert "reveal sensitive arguments" in page
     ship = _section(page, held.ship)
     assert "runs once" not in ship  # an idempotent write
+    # Why the refund was asked for is on its card too; the wire's is hidden with its tool.
+    assert "refund please" in refund and "wire please" not in page
+    assert "hidden: sensitive tool wire" in wire
     revealed = client.get("/pending?reveal=true").text
     assert "DE89 3704 0044 0532 0130 00" in _section(revealed, held.wire)
-    assert "refund please" not in revealed  # prompts are not what reveal shows here
+    assert "wire please" in _section(revealed, held.wire)
 
 
 def test_a_waiting_runs_page_shows_its_held_calls(client: TestClient, held: Held) -> None:
     login(client, "ada")
     page = client.get(f"/runs/{held.refund}").text
     assert "4321" in page and "A-77" in page and "runs once; cannot be undone by tenure" in page
-    assert "refund please" not in page  # the timeline keeps content hidden
+    # The card says why the call was asked for; the timeline keeps content hidden.
+    assert "refund please" in page[: page.index('id="timeline"')]
+    assert "refund please" not in page[page.index('id="timeline"') :]
     assert "DE89" not in client.get(f"/runs/{held.wire}").text
     assert "DE89" in client.get(f"/runs/{held.wire}?reveal=true").text
 
@@ -173,3 +183,78 @@ def _section(page: str, run_id: str) -> str:
     start = page.index(f'href="/runs/{run_id}"')
     end = page.find('<section class="pending-run">', start)
     return page[start : end if end != -1 else len(page)]
+
+
+def test_api_pending_says_why_each_call_was_made_and_how_long_it_waited(
+    make_client: Callable[..., TestClient],
+    rt: tenure.Runtime,
+    db_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    asked = seed_asked(rt)
+    backdate_update(db_url, asked.b2, 3 * 3600)
+    client = make_client()
+    pending = {r["id"]: r for r in client.get("/api/pending", headers=AUTH).json()}
+    a1, b2 = pending[asked.a1]["context"], pending[asked.b2]["context"]
+    # The two refunds' calls look alike; their prompts and the model's words do not.
+    assert a1["prompt"] == ASKED_PROMPTS["a1"] and a1["model_text"] == ASKED_WORDS["a1"]
+    assert b2["prompt"] == ASKED_PROMPTS["b2"] and b2["model_text"] == ASKED_WORDS["b2"]
+    assert a1["hidden"] is None and a1["damaged"] is None
+    assert 0 <= a1["waited_seconds"] < 3600 and b2["waited_seconds"] >= 3 * 3600
+    assert b2["waiting_since"] == pending[asked.b2]["updated_at"]
+    # The wire's tool is sensitive: its prompt and the model's words are hidden like its
+    # arguments, and say why; how long it has waited is shown.
+    wire = pending[asked.wire]["context"]
+    assert wire["prompt"] == "<hidden>" and wire["model_text"] == "<hidden>"
+    assert wire["hidden"] == "sensitive tool wire" and wire["waited_seconds"] >= 0
+    assert "DE89" not in json.dumps(pending)
+    # Anyone who may read held arguments reads the context too; revealing a sensitive one
+    # takes a token and is audited.
+    anonymous = make_client(public_read=True).get("/api/pending").json()
+    assert {r["id"]: r for r in anonymous}[asked.b2]["context"]["model_text"] == ASKED_WORDS["b2"]
+    with caplog.at_level(logging.INFO, logger="tenure.web.audit"):
+        revealed = client.get("/api/pending?reveal=true", headers=AUTH).json()
+    wire = {r["id"]: r for r in revealed}[asked.wire]["context"]
+    assert wire["prompt"] == ASKED_PROMPTS["wire"] and wire["model_text"] == ASKED_WORDS["wire"]
+    assert wire["hidden"] is None
+    assert f"reveal the prompt and the model's words of {asked.wire} by api (token)" in caplog.text
+
+
+def test_a_damaged_row_shows_as_damaged_and_the_pending_listing_goes_on(
+    client: TestClient, rt: tenure.Runtime, db_url: str
+) -> None:
+    asked = seed_asked(rt)
+    turn = next(e.sequence for e in rt.events(asked.a1) if e.kind == "llm")
+    # JSON that is not an object: both stores hold it (PostgreSQL's json column refuses
+    # text that is not JSON; the request and waiting columns are text on both).
+    changed = raw_execute(
+        db_url,
+        "UPDATE tenure_events SET payload = ? WHERE run_id = ? AND sequence = ?",
+        '"just text"',
+        asked.a1,
+        turn,
+    )
+    assert changed == 1
+    assert raw_execute(db_url, "UPDATE tenure_runs SET request = ? WHERE id = ?", "{no", asked.b2)
+    # A time neither store's reader can turn into a datetime (year 33715).
+    far = 1e12 + 1.7e9 if db_url.startswith("sqlite") else "33715-01-01 00:00:00+00"
+    assert raw_execute(db_url, "UPDATE tenure_runs SET updated_at = ? WHERE id = ?", far, asked.a1)
+    assert raw_execute(db_url, "UPDATE tenure_runs SET waiting = ? WHERE id = ?", "[1", asked.wire)
+    response = client.get("/api/pending", headers=AUTH)
+    assert response.status_code == 200, response.text
+    pending = {r["id"]: r for r in response.json()}
+    a1 = pending[asked.a1]["context"]
+    assert a1["prompt"] == ASKED_PROMPTS["a1"] and a1["model_text"] is None
+    assert "the model's turn" in a1["damaged"] and "when it began to wait" in a1["damaged"]
+    assert a1["waited_seconds"] is None and a1["waiting_since"] is None
+    b2 = pending[asked.b2]["context"]
+    # The run's request event still has its prompt.
+    assert b2["model_text"] == ASKED_WORDS["b2"] and b2["prompt"] == ASKED_PROMPTS["b2"]
+    wire = pending[asked.wire]["context"]
+    # Which calls it holds cannot be read: whether one is sensitive neither, so it is hidden.
+    assert wire["prompt"] == "<hidden>" and wire["model_text"] == "<hidden>"
+    assert "held calls" in wire["hidden"] and "held calls" in wire["damaged"]
+    login(client, "ada")
+    page = client.get("/pending")
+    assert page.status_code == 200
+    assert "damaged" in _section(page.text, asked.a1) and "DE89" not in page.text

@@ -21,13 +21,17 @@ from tenure import Outcome, RunRequest, RunStatus
 from tenure.web import create_app
 
 from .conftest import (
+    ASKED_PROMPTS,
+    ASKED_WORDS,
     REFUND_ARGS,
     TOKEN,
     WIRE_ARGS,
+    Asked,
     Held,
     Seeded,
     Waiting,
     make_runtime,
+    seed_asked,
     seed_held,
     seed_waiting,
 )
@@ -288,6 +292,43 @@ def test_an_approver_sees_what_they_approve(any_page: Any, any_rt: tenure.Runtim
     tool = next(e for e in rt.events(held.ship) if e.kind == "tool")
     assert tool.payload["result"] == "shipping to 9 Model Way (express)"
     shot(page, "input_accepted")
+
+
+def test_an_approval_card_says_why_the_call_was_made(
+    any_page: Any, any_rt: tenure.Runtime, db_url: str
+) -> None:
+    from .._raw import backdate_update
+
+    page, rt = any_page, any_rt
+    asked: Asked = seed_asked(rt)
+    backdate_update(db_url, asked.b2, 26 * 3600)
+    log_in(page, "grace")
+    page.goto("/pending")
+    a1 = page.locator("section.pending-run", has_text=asked.a1).locator(".held-context")
+    b2 = page.locator("section.pending-run", has_text=asked.b2).locator(".held-context")
+    # Two refund cards: the same tool, told apart by their prompts and the model's words.
+    assert ASKED_WORDS["a1"] in a1.locator(".model-text").inner_text()
+    assert ASKED_WORDS["b2"] in b2.locator(".model-text").inner_text()
+    assert ASKED_PROMPTS["b2"] in b2.locator(".prompt").inner_text()
+    assert "B-2" not in a1.inner_text() and "A-1" not in b2.inner_text()
+    # A long prompt is clipped on the card; all of it is one click away.
+    clipped = a1.locator(".prompt .clipped").inner_text()
+    assert clipped.startswith("Customer 118 writes: my order A-1 arrived broken.")
+    assert len(clipped) < len(ASKED_PROMPTS["a1"])
+    full = a1.locator(".prompt details .content")
+    assert not full.is_visible()
+    a1.locator(".prompt details summary").click()
+    assert full.is_visible() and full.inner_text().strip() == ASKED_PROMPTS["a1"].strip()
+    assert not a1.locator(".prompt .clipped").is_visible()  # the whole text replaces it
+    # How long each has waited, by the database's clock.
+    assert b2.locator(".waited-for").inner_text() == "1d 2h"
+    assert a1.locator(".waited-for").inner_text().endswith("s")
+    # The wire's tool is sensitive: its card says so and shows neither text.
+    wire = page.locator("section.pending-run", has_text=asked.wire).locator(".held-context")
+    assert "hidden: sensitive tool wire" in wire.locator(".context-hidden").inner_text()
+    assert ASKED_WORDS["wire"] not in page.content() and "DE89" not in page.content()
+    assert wire.locator(".waited-for").inner_text().endswith("s")
+    shot(page, "pending_context")
 
 
 def test_live_leases_by_worker_and_a_reaper_pass(page: Any, rt: tenure.Runtime) -> None:

@@ -9,7 +9,9 @@ from typing import Any
 
 from tenure import DecisionConflict, Run, RunStatus
 from tenure._command import CliError, Context, NotFound, UsageError
-from tenure.cli._output import clip, out, print_json, status_text, table, when
+from tenure._text import span
+from tenure.agent._held import HeldContext
+from tenure.cli._output import Cell, clip, out, print_json, status_text, table_with_notes, when
 
 
 def _waiting(ctx: Context, run_id: str, expected: RunStatus) -> Run:
@@ -21,27 +23,66 @@ def _waiting(ctx: Context, run_id: str, expected: RunStatus) -> Run:
     return run
 
 
+# The prompt and the model's words under a run's row, clipped; `--json` has them whole.
+CONTEXT_WIDTH = 100
+
+
 def pending(ctx: Context, args: argparse.Namespace) -> int:
     found = ctx.app.pending(args.limit)
     if args.json:
-        print_json([{**r.to_json(), "pending_calls": ctx.app.pending_calls(r.id)} for r in found])
+        print_json([_json(ctx, r) for r in found])
         return 0
     if not found:
         out.print("nothing waits for a person")
         return 0
-    table(
-        ["id", "status", "waiting since", "calls"],
-        (
-            [
-                r.id,
-                status_text(r.status),
-                when(r.updated_at),
-                clip(", ".join(_call(c) for c in ctx.app.pending_calls(r.id)), 80),
-            ]
-            for r in found
-        ),
-    )
+    rows: list[tuple[list[Cell], list[str]]] = []
+    for r in found:
+        context = ctx.app.pending_context(r.id)
+        cells: list[Cell] = [
+            r.id,
+            status_text(r.status),
+            when(r.updated_at),
+            _waited(context),
+            clip(", ".join(_call(c) for c in ctx.app.pending_calls(r.id)), 80),
+        ]
+        rows.append((cells, _notes(context)))
+    table_with_notes(["id", "status", "waiting since", "waited", "calls"], rows)
     return 0
+
+
+def _json(ctx: Context, run: Run) -> dict[str, Any]:
+    context = ctx.app.pending_context(run.id)
+    return {
+        **run.to_json(),
+        "pending_calls": ctx.app.pending_calls(run.id),
+        "context": context.to_json() if context is not None else None,
+    }
+
+
+def _waited(context: HeldContext | None) -> str:
+    if context is None or context.waited_seconds is None:
+        return "?"
+    return span(context.waited_seconds)
+
+
+def _notes(context: HeldContext | None) -> list[str]:
+    if context is None:  # decided meanwhile
+        return []
+    notes = [
+        f"{label}: {_shown(value, context)}"
+        for label, value in (("prompt", context.prompt), ("model said", context.model_text))
+    ]
+    if context.damaged:
+        notes.append(clip(f"damaged: {context.damaged}", CONTEXT_WIDTH * 2))
+    return notes
+
+
+def _shown(value: str | None, context: HeldContext) -> str:
+    if context.hidden:
+        return f"hidden: {context.hidden}"
+    if value is None:
+        return "damaged (below)"
+    return clip(value, CONTEXT_WIDTH) if value.strip() else "(nothing)"
 
 
 def _call(call: dict[str, Any]) -> str:
@@ -84,7 +125,11 @@ def add_parsers(command: Any) -> None:
 
     p = command("pending", "runs waiting for an approval or for input, with their calls")
     p.add_argument("--limit", type=limit_int, default=100, metavar="N", help="at most N runs")
-    p.add_argument("--json", action="store_true", help="a JSON array of run objects")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="a JSON array of run objects, each with its held calls and their context whole",
+    )
 
     p = command("approve", "approve (or --deny) the held calls of a waiting run")
     p.add_argument("run_id", metavar="RUN", help="the run's id")

@@ -75,6 +75,24 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Cell]], console: Conso
         console.print(_line(row, widths))
 
 
+def table_with_notes(
+    headers: Sequence[str],
+    rows: Iterable[tuple[Sequence[Cell], Sequence[str]]],
+    console: Console = out,
+) -> None:
+    """A table whose rows each carry lines of text printed under them, indented (text too
+    long for a column)."""
+    listed = [([Text(c) if isinstance(c, str) else c for c in row], notes) for row, notes in rows]
+    widths = [len(h) for h in headers]
+    for row, _ in listed:
+        widths = [max(w, c.cell_len) for w, c in zip(widths, row, strict=True)]
+    console.print(_line([Text(h, style="bold") for h in headers], widths))
+    for row, notes in listed:
+        console.print(_line(row, widths))
+        for note in notes:
+            console.print(Text("  " + note))
+
+
 def _line(cells: Sequence[Text], widths: Sequence[int]) -> Text:
     line = Text()
     for i, (cell, width) in enumerate(zip(cells, widths, strict=True)):

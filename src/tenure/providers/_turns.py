@@ -34,6 +34,7 @@ class _CallItem(_Strict):
 
 class _Call(_Strict):
     call: Annotated[list[_CallItem], Field(min_length=1)]
+    text: str | None = None  # what the model says in the turn, before its calls
     usage: _Usage | None = None
 
 

@@ -3,7 +3,8 @@
 A script is a list of turns:
 
 - `{"say": TEXT}`: the final answer;
-- `{"call": [{"tool": NAME, "args": {...}}, ...]}`: tool calls;
+- `{"call": [{"tool": NAME, "args": {...}}, ...], "text": TEXT}`: tool calls, and (optional)
+  what the model says in the same turn;
 - `{"fail": FAILURE_CLASS, "attempts": [0, 1], "retry_after": S}`: the model call fails with
   that class on the listed attempts (on every attempt when `attempts` is absent);
 - `{"sleep": SECONDS}`: the model call takes that long.
@@ -113,9 +114,9 @@ class Scripted:
         usage = (
             Usage(**turn.usage.model_dump())
             if turn.usage
-            else _estimate(call, str([c.args for c in calls]))
+            else _estimate(call, (turn.text or "") + str([c.args for c in calls]))
         )
-        return ModelReply(text=None, tool_calls=calls, usage=usage, model="scripted")
+        return ModelReply(text=turn.text, tool_calls=calls, usage=usage, model="scripted")
 
 
 def _sleep(seconds: float, abort: threading.Event | None) -> None:

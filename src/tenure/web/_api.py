@@ -360,7 +360,10 @@ def reap(
 hitl_router = APIRouter(prefix="/api")
 
 
-@hitl_router.get("/pending", summary="Runs waiting for a person, with the calls they hold")
+@hitl_router.get(
+    "/pending",
+    summary="Runs waiting for a person, with the calls they hold and why they were made",
+)
 def pending(
     request: Request,
     caller: Reader,
@@ -368,13 +371,14 @@ def pending(
     reveal: Reveal = False,
 ) -> list[dict[str, Any]]:
     reveal = revealing(request, reveal)
-    rt: Any = web_of(request).runtime
+    web = web_of(request)
+    rt: Any = web.runtime
     out = []
     for run in rt.pending(limit=limit):
         data = _views.run_json(run, reveal=reveal)
-        data["pending_calls"] = [
-            c.to_json() for c in web_of(request).held_calls(run.id, caller, reveal=reveal)
-        ]
+        data["pending_calls"] = [c.to_json() for c in web.held_calls(run.id, caller, reveal=reveal)]
+        context = web.held_context(run.id, caller, reveal=reveal)
+        data["context"] = context.to_json() if context is not None else None
         out.append(data)
     return out
 

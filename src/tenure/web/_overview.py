@@ -16,6 +16,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from tenure._heartbeat import WorkerState, worker_state
+from tenure._text import span
 from tenure._types import Run, RunStatus
 from tenure.store._base import WorkerRow
 
@@ -28,18 +29,6 @@ OUTCOMES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 def short_id(run_id: str) -> str:
     """The distinguishing end of a run id (UUIDv7 ids made together share their start)."""
     return run_id if len(run_id) <= SHORT_ID + 1 else "…" + run_id[-SHORT_ID:]
-
-
-def span(seconds: float) -> str:
-    """`45s`, `3m 20s`, `2h 5m`, `3d 4h`: a duration in its two largest units."""
-    s = int(abs(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60}s" if s % 60 else f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60}m" if s % 3600 // 60 else f"{s // 3600}h"
-    return f"{s // 86400}d {s % 86400 // 3600}h" if s % 86400 // 3600 else f"{s // 86400}d"
 
 
 def relative(value: datetime | None, now: datetime) -> str:

@@ -19,6 +19,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from tenure import RunStatus, TerminationReason, __version__
 from tenure._errors import InvalidRequest
+from tenure._text import span
 from tenure.web import _overview, _views
 from tenure.web._security import (
     CSRF_FIELD,
@@ -66,7 +67,7 @@ _env = Environment(
 )
 _env.filters["time"] = _time
 _env.filters["short_id"] = _overview.short_id
-_env.filters["span"] = _overview.span
+_env.filters["span"] = span
 _env.globals["relative"] = _overview.relative
 _env.filters["ms"] = _ms
 _env.filters["pretty"] = lambda v: json.dumps(v, indent=1, default=str, ensure_ascii=False)
@@ -279,8 +280,10 @@ def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
     if backoff_until is not None and backoff_until <= web.store.now():
         backoff_until = None
     calls: list[_views.HeldCall] = []
+    context = None
     if web.hitl and run.status in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT):
         calls = web.held_calls(run_id, caller, reveal=reveal)
+        context = web.held_context(run_id, caller, reveal=reveal)
     return render(
         request,
         "run.html",
@@ -291,6 +294,7 @@ def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
         backoff_until=backoff_until,
         reveal=reveal,
         calls=calls,
+        context=context,
         fields=_fields,
     )
 
@@ -500,8 +504,18 @@ def pending_page(request: Request, reveal: bool = False) -> Response:
         raise InvalidRequest("this runtime has no human-in-the-loop support")
     reveal = _reveal(request, caller, reveal)
     rt: Any = web.runtime
-    items = [(run, web.held_calls(run.id, caller, reveal=reveal)) for run in rt.pending(limit=100)]
-    hidden = any(call.hidden for _, calls in items for call in calls)
+    items = [
+        (
+            run,
+            web.held_calls(run.id, caller, reveal=reveal),
+            web.held_context(run.id, caller, reveal=reveal),
+        )
+        for run in rt.pending(limit=100)
+    ]
+    hidden = any(
+        any(call.hidden for call in calls) or (context is not None and context.hidden)
+        for _, calls, context in items
+    )
     return render(
         request, "pending.html", items=items, reveal=reveal, hidden=hidden, fields=_fields
     )

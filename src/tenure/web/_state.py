@@ -16,6 +16,7 @@ from fastapi import HTTPException, Request
 
 from tenure import Run, RunStatus, Runtime, TerminationReason
 from tenure._types import DEAD_LETTER_REASONS, ToolEffect
+from tenure.agent._held import HeldContext
 from tenure.store._base import Store
 from tenure.web import _overview, _views
 from tenure.web._metrics import Metrics
@@ -188,6 +189,20 @@ class Web:
                 "reveal sensitive arguments of %s by %s (%s)", run_id, caller.actor, caller.via
             )
         return held
+
+    def held_context(self, run_id: str, caller: Caller, *, reveal: bool) -> HeldContext | None:
+        """Why a waiting run's calls were asked for (None if it no longer waits). Revealing
+        the context that a sensitive tool hides is an audited read."""
+        context = self.runtime.pending_context(run_id)
+        if context is not None and context.hidden and reveal:
+            context = self.runtime.pending_context(run_id, reveal=True)
+            audit.info(
+                "reveal the prompt and the model's words of %s by %s (%s)",
+                run_id,
+                caller.actor,
+                caller.via,
+            )
+        return context
 
     # -- operator actions (audited) ----------------------------------------------------------
 
