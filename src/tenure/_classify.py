@@ -45,5 +45,7 @@ def describe(exc: BaseException) -> str:
     except Exception:  # an exception whose __str__ fails must not break recovery
         text = ""
     text = text.splitlines()[0] if text else ""
+    if getattr(exc, "says_itself", False) and text:  # its text names what failed
+        return text[:500]
     line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return line[:500]

@@ -58,9 +58,7 @@ __all__ = ["LEASE_LOST_MARK", "AuditReport", "LedgerEntry", "audit", "read_ledge
 LEASE_LOST_MARK = "lease_lost"
 # Far more runs than any database the audit is meant for; `runs()` needs a bound.
 MAX_RUNS = 10_000_000
-_OWNER_KINDS = frozenset(
-    {EventKind.LLM, EventKind.TOOL, EventKind.STEP, EventKind.ASSEMBLED}
-)
+_OWNER_KINDS = frozenset({EventKind.LLM, EventKind.TOOL, EventKind.STEP, EventKind.ASSEMBLED})
 _CHARGED_CAUSES = frozenset({"failure", "stale", "in_doubt"})
 # A claimed run handed back before its segment started: its attempt is not counted.
 _UNSTARTED_CAUSES = frozenset({"unstarted", "unserved"})

@@ -471,7 +471,8 @@ class Runtime:
         for call in calls:
             if call.get("kind") != "input" or not call.get("input_schema"):
                 continue
-            tool = self._tools.get(call["tool"])
+            # An agent function's `ctx.input` (its call has a position) names no tool.
+            tool = None if "position" in call else self._tools.get(call["tool"])
             model = tool.gate.input_model if tool else None
             accepted.update(validate_input(call["input_schema"], values, model))
         event = NewEvent(

@@ -111,9 +111,10 @@ def make_agent(fn: Callable[..., Any], name: str | None = None) -> AgentFunction
 
     if not callable(fn):
         raise InvalidRequest(f"an agent function must be callable, got {fn!r}")
-    agent_name = _check_name(name or getattr(fn, "__name__", ""))
+    agent_name = name or getattr(fn, "__name__", "")
     if agent_name == "<lambda>":
         raise InvalidRequest("an agent function that is a lambda needs name=")
+    agent_name = _check_name(agent_name, "agent")
     if inspect.iscoroutinefunction(fn):
         raise InvalidRequest(
             f"agent {agent_name}: an agent function is a plain function (its steps may be "
@@ -207,7 +208,13 @@ def digest(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-class Nondeterministic(ProviderError):
+class AgentFailed(ProviderError):
+    """An agent function's run cannot go on: its text names the agent or the step."""
+
+    says_itself = True
+
+
+class Nondeterministic(AgentFailed):
     """The code asked, at a recorded position, for another step than the journal holds."""
 
     def __init__(self, position: int, recorded: str, asked: str) -> None:
@@ -623,7 +630,7 @@ class AgentContext:
         segment = self._segment
         held_call = {
             "call_id": f"step-{position}",
-            "tool": name if tool is not None else f"ctx.{kind}",
+            "tool": name,
             "name": name,
             "effect": str(tool.effect if tool else ToolEffect.READ_ONLY),
             "args": args,
@@ -716,7 +723,7 @@ def step_tool(
         raise InvalidRequest(
             "step: a lambda needs name= (its name must stay the same across versions)"
         )
-    step_name = _check_name(step_name)
+    step_name = _check_name(step_name, "step")
     effect = _effect(step_name, effect)
     _check_probe(step_name, effect, probe)
     seconds = check_seconds(f"step {step_name}: timeout", timeout)
@@ -798,16 +805,19 @@ def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunRes
     try:
         kwargs = agent.bind(request.input or {})
     except InvalidRequest as exc:  # the function's signature changed since the enqueue
-        raise ProviderError(FailureClass.CONFIGURATION, str(exc)) from None
+        raise AgentFailed(FailureClass.CONFIGURATION, str(exc)) from None
     try:
         value = agent.fn(context, **kwargs)
     except _Yield as ended:
         return ended.result
     except (LeaseLost, RunCancelled, ProviderError):
         raise  # a step's failure or the run's loss: the segment's recovery decides
+    except InvalidRequest as exc:  # a step asked wrongly (a lambda without name=, …)
+        segment._check_held()
+        raise AgentFailed(FailureClass.CONFIGURATION, f"agent {agent.name}: {exc}") from exc
     except Exception as exc:
         segment._check_held()
-        raise ProviderError(
+        raise AgentFailed(
             FailureClass.UNKNOWN, f"agent {agent.name} raised {describe(exc)}"
         ) from exc
     segment._check_held()
@@ -820,7 +830,7 @@ def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunRes
 
         check_json_value("output", value)
     except (TypeError, ValueError) as exc:
-        raise ProviderError(
+        raise AgentFailed(
             FailureClass.CONFIGURATION,
             f"agent {agent.name} returned a {type(value).__name__}, which is not JSON: {exc}",
         ) from None

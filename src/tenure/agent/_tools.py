@@ -242,9 +242,9 @@ def _check_probe(name: str, effect: ToolEffect, probe: Callable[..., Any] | None
         raise InvalidRequest(f"tool {name}: probe must be callable, got {probe!r}")
 
 
-def _check_name(name: Any) -> str:
+def _check_name(name: Any, what: str = "tool") -> str:
     if not isinstance(name, str) or not name.replace("_", "a").replace("-", "a").isalnum():
-        raise InvalidRequest(f"invalid tool name {name!r}: use letters, digits, _ and -")
+        raise InvalidRequest(f"invalid {what} name {name!r}: use letters, digits, _ and -")
     return name
 
 
