@@ -321,6 +321,11 @@ class Segment(ToolSteps, Endings):
         return capacity.member(self, provider, call)
 
     @property
+    def wrote_anything(self) -> bool:
+        """Whether this segment has recorded an event yet (its claim aside)."""
+        return bool(self._written)
+
+    @property
     def abort_signal(self) -> threading.Event:
         """Set when the run is no longer this segment's: what a step in flight watches."""
         return self._abort

@@ -663,3 +663,111 @@ def test_a_worker_drains_agent_runs(make_runtime: MakeRuntime) -> None:
     assert sum(1 for name in calls.counts if name.startswith("refund:")) == 10
     assert all(n == 1 for name, n in calls.counts.items() if name.startswith("refund:"))
     assert_audited(rt)
+
+
+def test_a_run_handed_back_after_its_steps_replays_them_on_the_next_worker(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A worker that lacks a tool the code reaches only later gives the run back before it
+    records anything; the next worker (its attempt not counted) still replays the steps
+    of earlier segments instead of running them again."""
+    calls = Calls()
+    full = make_runtime()
+    partial = make_runtime()
+
+    def register(rt: tenure.Runtime, with_tool: bool) -> None:
+        if with_tool:
+
+            @rt.tool(effect=WRITE)
+            def ship(order: str) -> str:
+                calls.add(f"ship:{order}")
+                return "shipped"
+
+        @rt.agent
+        def fulfil(ctx: tenure.AgentContext, order: str) -> str:
+            ctx.step(lambda: calls.add("charge"), name="charge", effect=WRITE)
+            if ctx.attempt == 0:
+                raise tenure.RetryableError("again", failure_class=FailureClass.SERVER_ERROR)
+            return str(ctx.tool("ship", order=order))
+
+    register(full, True)
+    register(partial, False)
+    run_id = full.enqueue(RunRequest(agent="fulfil", input={"order": "O"}))
+    assert full.run_queued(run_id).outcome is Outcome.REQUEUED  # type: ignore[union-attr]
+    time.sleep(0.15)
+    handed = partial.run_queued(run_id)
+    assert handed is not None and handed.outcome is Outcome.REQUEUED
+    run = full.status(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED and "tool 'ship'" in run.error
+    results: list[Any] = []
+    deadline = time.monotonic() + 10  # an unserved run waits a moment before its next claim
+    while not results and time.monotonic() < deadline:
+        results = [r for r in [full.run_queued(run_id)] if r is not None]
+        time.sleep(0.05)
+    assert results and results[0].outcome is Outcome.COMPLETED, results
+    assert calls.counts == {"charge": 1, "ship:O": 1}
+    assert_audited(full)
+
+
+def test_code_that_asks_another_step_where_a_write_is_in_doubt_is_nondeterministic(
+    make_runtime: MakeRuntime,
+) -> None:
+    old = make_runtime()
+    ledger: list[str] = []
+
+    def charge(ctx: tenure.ToolContext) -> str:
+        ledger.append(ctx.idempotency_key)
+        raise tenure.RetryableError("no answer", failure_class=FailureClass.TIMEOUT)
+
+    def charged(ctx: tenure.ToolContext) -> Probe:
+        return Probe.done("yes")
+
+    @old.agent(name="checkout")
+    def checkout_v1(ctx: tenure.AgentContext) -> str:
+        return str(ctx.step(charge, effect=WRITE, probe=charged))
+
+    run_id = old.enqueue(RunRequest(agent="checkout", input={}))
+    assert old.run_queued(run_id).outcome is Outcome.REQUEUED  # type: ignore[union-attr]
+    new = make_runtime()
+
+    @new.agent(name="checkout")
+    def checkout_v2(ctx: tenure.AgentContext) -> str:
+        return str(ctx.uuid())
+
+    result = new.run_queued(run_id)
+    assert result is not None and result.outcome is Outcome.FAILED
+    run = new.status(run_id)
+    assert run is not None and run.error == (
+        "nondeterministic at step 0: the journal has an interrupted write, step 'charge', "
+        "the code asked uuid 'uuid'"
+    )
+    assert run.pending_effect is WRITE  # the fence stands: the write is still in doubt
+    assert ledger == [f"{run_id}:0"]
+
+
+def test_code_that_returns_before_a_write_in_doubt_is_nondeterministic(
+    make_runtime: MakeRuntime,
+) -> None:
+    old = make_runtime()
+
+    def charge(ctx: tenure.ToolContext) -> str:
+        raise tenure.RetryableError("no answer", failure_class=FailureClass.TIMEOUT)
+
+    @old.agent(name="checkout")
+    def checkout_v1(ctx: tenure.AgentContext) -> str:
+        return str(ctx.step(charge, effect=WRITE, probe=lambda ctx: Probe.done("yes")))
+
+    run_id = old.enqueue(RunRequest(agent="checkout", input={}))
+    assert old.run_queued(run_id).outcome is Outcome.REQUEUED  # type: ignore[union-attr]
+    new = make_runtime()
+
+    @new.agent(name="checkout")
+    def checkout_v2(ctx: tenure.AgentContext) -> str:
+        return "skipped"
+
+    result = new.run_queued(run_id)
+    assert result is not None and result.outcome is Outcome.FAILED
+    run = new.status(run_id)
+    assert run is not None and run.error.startswith(
+        "nondeterministic at step 0: the journal has an interrupted write"
+    )

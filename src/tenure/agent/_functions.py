@@ -26,7 +26,7 @@ import uuid as _uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tenure import _json, _loop
 from tenure._classify import describe
@@ -36,7 +36,6 @@ from tenure._errors import (
     ProviderError,
     RunCancelled,
     ToolFailed,
-    UnknownModel,
 )
 from tenure._types import (
     Event,
@@ -278,23 +277,40 @@ class AgentContext:
 
     # -- the journal -----------------------------------------------------------------------
 
+    def _lacking(self, missing: list[str]) -> NoReturn:
+        """This process lacks what the step needs. Before this segment recorded anything
+        the run goes back untouched, for a worker that has it; after, the segment has
+        started and cannot be given back unstarted: the run fails `configuration` (every
+        worker that serves an agent must register the models and tools it uses)."""
+        segment = self._segment
+        if not segment.wrote_anything:
+            raise _Yield(segment._hand_back_unserved(missing))
+        raise AgentFailed(
+            FailureClass.CONFIGURATION,
+            f"agent {self._agent.name}: this worker lacks {', '.join(missing)}",
+        )
+
     def _next(self, step: str, name: str, args_digest: str) -> tuple[int, Recorded | None]:
         """The next position, and its recorded step if the journal has one (checked)."""
         self._segment._check_held()
         position = self._position
         self._position += 1
         found = self._log.steps.get(position)
+        fenced = self._fence_call
+        if found is None and fenced is not None and fenced.get("position") == position:
+            # The write this run came back in doubt for must be the step asked here: any
+            # other would run while its fence stands, and the write would never be settled.
+            interrupted = (fenced.get("step"), fenced.get("name"))
+            if interrupted != (step, name) or digest(fenced.get("args")) != args_digest:
+                what = f"an interrupted write, {interrupted[0]} {interrupted[1]!r}"
+                _mismatch(position, what, interrupted == (step, name), step, name)
         if found is not None and (found.step, found.name, found.digest) != (
             step,
             name,
             args_digest,
         ):
-            asked = f"{step} {name!r}"
-            if (found.step, found.name) == (step, name):
-                recorded, asked = f"{found.describe()} with other arguments", asked
-            else:
-                recorded = found.describe()
-            raise Nondeterministic(position, recorded, asked)
+            same = (found.step, found.name) == (step, name)
+            _mismatch(position, found.describe(), same, step, name)
         return position, found
 
     def _record(self, events: list[NewEvent], usage: Usage | None = None) -> None:
@@ -365,10 +381,10 @@ class AgentContext:
             raise _Yield(segment._finish(TerminationReason.BUDGET_EXHAUSTED))
         provider = engine.models.get(name)
         if provider is None:
-            raise ProviderError(FailureClass.CONFIGURATION, str(UnknownModel(name)))
+            self._lacking([f"model {name!r}"])
         missing = [t for t in tool_names if engine.tools.get(t) is None]
         if missing:
-            raise _Yield(segment._hand_back_unserved([f"tool {t!r}" for t in missing]))
+            self._lacking([f"tool {t!r}" for t in missing])
         request = (
             self._request
             if name == self._request.model
@@ -404,8 +420,8 @@ class AgentContext:
         segment = self._segment
         tool = segment.engine.tools.get(name)
         if tool is None:
-            raise _Yield(segment._hand_back_unserved([f"tool {name!r}"]))
-        return self._fenced(tool, "tool", args, lambda context, values: tool.call(context, values))
+            self._lacking([f"tool {name!r}"])
+        return self._fenced(tool, "tool", args, tool.call)
 
     def step(
         self,
@@ -650,6 +666,14 @@ class AgentContext:
 # -- helpers ------------------------------------------------------------------------------
 
 
+def _mismatch(position: int, recorded: str, same_step: bool, step: str, name: str) -> NoReturn:
+    """The journal holds `recorded` at `position`; the code asked `step` `name` (with other
+    arguments, when `same_step`)."""
+    if same_step:
+        recorded += " with other arguments"
+    raise Nondeterministic(position, recorded, f"{step} {name!r}")
+
+
 def _check_step_name(what: str, name: Any) -> None:
     if not isinstance(name, str) or not name:
         raise InvalidRequest(f"{what}: a name must be a non-empty string")
@@ -798,7 +822,10 @@ def _over_budget(request: RunRequest, usage: Usage) -> bool:
 def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunResult | Ending:
     """One segment of an agent function's run: the function called from the top, its
     recorded steps replayed, then executed on until it returns or the segment ends."""
-    first = segment.lease.attempt == 0 and segment.fence_call is None
+    # A run's first segment has no steps to replay: its only events are its request and,
+    # for a queued run, its claim. (The attempt does not tell: a segment handed back
+    # unstarted does not count one.)
+    first = segment.last_sequence <= 1 and segment.fence_call is None
     events = [] if first else segment.store.events(segment.run_id)
     log = StepLog.rebuild(events)
     context = AgentContext(segment, request, log, agent)
@@ -824,6 +851,13 @@ def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunRes
     left = [s for p, s in sorted(log.steps.items()) if p >= context._position]
     if left:
         raise Nondeterministic(left[0].position, left[0].describe(), "nothing: it returned")
+    fenced = context._fence_call
+    if fenced is not None:  # returned before the step of the write in doubt
+        raise Nondeterministic(
+            int(fenced.get("position", -1)),
+            f"an interrupted write, {fenced.get('step')} {fenced.get('name')!r}",
+            "nothing: it returned",
+        )
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)
         from tenure._requests import check_json_value
