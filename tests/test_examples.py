@@ -48,6 +48,26 @@ def test_support_agent_refunds_once_after_approval(tmp_path: Path, db_url: str) 
     assert sum(1 for e in kinds if e == "tool") == 2
 
 
+def test_support_triage_agent_function_routes_and_refunds_once(tmp_path: Path, db_url: str) -> None:
+    done = _run("support_triage", tmp_path, db_url)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "waiting on refund({'ticket_id': 'T-1', 'order_id': 'A-7'})" in out
+    assert '"status": "refunded"' in out and "It ships within 2 working days." in out
+    assert out.splitlines()[-1] == "refunds made: 1"
+    with tenure.Runtime(db_url) as rt:
+        runs = rt.runs()
+        assert {r.status for r in runs} == {RunStatus.COMPLETED} and len(runs) == 2
+        refunded = [
+            e.payload
+            for r in runs
+            for e in rt.events(r.id)
+            if e.kind == "tool" and e.payload["name"] == "refund"
+        ]
+    assert len(refunded) == 1 and refunded[0]["idempotency_key"].endswith(":2")
+    assert [p for p in (refunded[0]["position"], refunded[0]["step"])] == [2, "tool"]
+
+
 @pytest.mark.slow
 def test_batch_of_documents_with_three_workers(tmp_path: Path, db_url: str) -> None:
     first = _run("batch_documents", tmp_path, db_url)
