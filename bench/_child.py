@@ -24,7 +24,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tenure import RunRequest, RunStatus, Runtime, ToolContext
+from tenure import (
+    AgentContext,
+    FailureClass,
+    RetryableError,
+    RunRequest,
+    RunStatus,
+    Runtime,
+    ToolContext,
+)
 from tenure.providers.scripted import parse_script
 
 SLEEP_ON_FIRST_ATTEMPT_SECONDS = 60.0
@@ -80,8 +88,8 @@ DONE = Counter()
 # -- tenure ----------------------------------------------------------------------------------
 
 
-def tenure_runtime(url: str, lease_seconds: float = 900.0) -> Runtime:
-    rt = Runtime(url, lease_seconds=lease_seconds)
+def tenure_runtime(url: str, lease_seconds: float = 900.0, **settings: Any) -> Runtime:
+    rt = Runtime(url, lease_seconds=lease_seconds, **settings)
 
     @rt.tool
     def read() -> int:
@@ -99,6 +107,21 @@ def tenure_runtime(url: str, lease_seconds: float = 900.0) -> Runtime:
         if ctx.attempt == 0:
             time.sleep(SLEEP_ON_FIRST_ATTEMPT_SECONDS)
         return 1
+
+    @rt.agent
+    def looped(ctx: AgentContext, turns: int) -> str:
+        """The built-in loop's steps, as an agent function's (bench/steps.py)."""
+        return ctx.agent_loop("x", tools=["read"], max_iterations=turns)
+
+    @rt.agent
+    def replayed(ctx: AgentContext, steps: int) -> int:
+        """`steps` read steps, then a retryable failure on the first attempt: the second
+        segment replays them all (bench/steps.py)."""
+        for _ in range(steps):
+            ctx.tool("read")
+        if ctx.attempt == 0:
+            raise RetryableError("again", failure_class=FailureClass.SERVER_ERROR)
+        return steps
 
     return rt
 

@@ -43,6 +43,8 @@ from tenure.store._base import NO_USAGE, Lease, NewEvent, Settlement
 
 STEPS = (1, 10, 50)
 ASYNC_STEPS = 10
+REPLAY_BASE = 10
+REPLAY_STEPS = (10, 100, 1000)
 KEEPER_STEPS = 10
 KEEPER_CONCURRENCY = 8
 KEEPER_LEASES = (30.0, 3.0)
@@ -193,10 +195,98 @@ def keeper_table(stores: list[tuple[str, Callable[[], str]]], runs: int, times: 
     return table
 
 
+def agent_request(k: int) -> RunRequest:
+    """The same steps as `request(k)`, made by an agent function's `ctx.agent_loop`."""
+    return RunRequest(
+        agent="looped", input={"turns": MAX_TURNS}, model="scripted", script=script(k)
+    )
+
+
+def drained(url: str, requests: list[RunRequest]) -> float:
+    with tenure_runtime(url) as rt:
+        rt.enqueue_many(requests)
+    with tenure_runtime(url) as rt:
+        rt.store  # noqa: B018
+        started = time.perf_counter()
+        rt.work(concurrency=1, burst=True, poll_interval=0.01)
+        seconds = time.perf_counter() - started
+        if len(rt.runs(status=RunStatus.COMPLETED, limit=len(requests) + 1)) != len(requests):
+            sys.exit("steps: not every run completed")
+    return seconds
+
+
+def replay_seconds(url: str, steps: int, runs: int) -> float:
+    """Seconds per run for the segment that replays `steps` recorded steps and returns
+    (the first segment recorded them, then failed)."""
+    # The first segments fail with a backoff of a millisecond: the replay is what is timed.
+    with tenure_runtime(url, backoff_base=0.001, backoff_cap=0.001) as rt:
+        ids = rt.enqueue_many(
+            [RunRequest(agent="replayed", input={"steps": steps}) for _ in range(runs)]
+        )
+        for run_id in ids:
+            rt.run_queued(run_id)
+    time.sleep(0.01)
+    with tenure_runtime(url) as rt:
+        rt.store  # noqa: B018
+        started = time.perf_counter()
+        for run_id in ids:
+            result = rt.run_queued(run_id)
+            if result is None or result.outcome.value != "completed":
+                sys.exit(f"steps: a replayed run did not complete: {result}")
+        return (time.perf_counter() - started) / runs
+
+
+def agents_table(stores: list[tuple[str, Callable[[], str]]], runs: int, times: int) -> c.Table:
+    """An agent function's step against the built-in loop's (the same tool, model and
+    steps), and the time to resume a run by replaying 10, 100 and 1,000 recorded steps."""
+    k, per_run = ASYNC_STEPS, steps_per_run(ASYNC_STEPS)
+    table = c.Table(f"steps: agent functions, ms per step (k={k}, {runs} runs) and replay")
+    for name, url_for in stores:
+        ms = {"loop": c.Series(), "agent": c.Series()}
+        for _ in range(times):  # alternated: drift hits both alike
+            ms["loop"].add(drained(url_for(), [request(k)] * runs) / (runs * per_run) * 1000)
+            ms["agent"].add(drained(url_for(), [agent_request(k)] * runs) / (runs * per_run) * 1000)
+        table.add(f"tenure/{name}", "built-in loop step", ms["loop"], fmt=".3f")
+        table.add(
+            f"tenure/{name}",
+            "agent function step",
+            ms["agent"],
+            fmt=".3f",
+            baseline=ms["loop"],
+            note="tenure/peer = loop / agent; target >= 0.91x (agent <= 1.1x)",
+        )
+        executed = c.Series()
+        for _ in range(times):
+            executed.add(drained(url_for(), [agent_request(REPLAY_BASE)] * runs) / runs * 1000)
+        table.add(
+            f"tenure/{name}",
+            f"execute a run of {REPLAY_BASE} tool steps",
+            executed,
+            fmt=".2f",
+            note="ms per run",
+        )
+        replay_runs = max(1, runs // 10)
+        for steps in REPLAY_STEPS:
+            replay = c.Series()
+            for _ in range(times):
+                replay.add(replay_seconds(url_for(), steps, replay_runs) * 1000)
+            table.add(
+                f"tenure/{name}",
+                f"resume by replaying {steps} steps",
+                replay,
+                fmt=".2f",
+                baseline=executed if steps == REPLAY_STEPS[-1] else None,
+                note="ms per run"
+                + ("; target: below executing 10" if steps == REPLAY_STEPS[-1] else ""),
+            )
+    return table
+
+
 def main() -> None:
     p = c.parser(__doc__.splitlines()[0], default_size=100, quick_size=3)
     p.add_argument("--keeper-only", action="store_true", help="only the keeper table")
     p.add_argument("--async-only", action="store_true", help="only the async tool table")
+    p.add_argument("--agents-only", action="store_true", help="only the agent functions table")
     args = p.parse_args()
     runs, times = c.size_and_repeat(args)
     table = c.Table(f"steps: ms per step, {runs} runs each, concurrency 1")
@@ -210,6 +300,9 @@ def main() -> None:
             stores.append(("PostgreSQL", lambda: pg.fresh("steps")))
         if args.async_only:
             c.emit(async_table(stores, runs, times), preamble=c.machine())
+            return
+        if args.agents_only:
+            c.emit(agents_table(stores, runs, times), preamble=c.machine())
             return
         keeper = keeper_table(stores, runs, times)
         if args.keeper_only:
@@ -241,7 +334,8 @@ def main() -> None:
                     f"model turns + {k} tool steps + settle{extra}",
                 )
         asynchronous = async_table(stores, runs, times)
-    c.emit(table, commits, asynchronous, keeper, preamble=c.machine())
+        agents = agents_table(stores, runs, times)
+    c.emit(table, commits, asynchronous, agents, keeper, preamble=c.machine())
 
 
 def async_table(stores: list[tuple[str, Callable[[], str]]], runs: int, times: int) -> c.Table:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import orjson
+
 from tenure import _json, _loop
 from tenure._classify import describe
 from tenure._errors import (
@@ -38,7 +40,6 @@ from tenure._errors import (
     ToolFailed,
 )
 from tenure._types import (
-    Event,
     EventKind,
     FailureClass,
     Probe,
@@ -154,15 +155,14 @@ def make_agent(fn: Callable[..., Any], name: str | None = None) -> AgentFunction
 # -- the journal of steps ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Recorded:
-    """A step as the journal has it."""
+class Recorded(typing.NamedTuple):
+    """A step as the journal has it (a tuple: a replay builds one per recorded step)."""
 
     position: int
     step: str  # model, tool, step, now, uuid, random, patched, approve, input, sleep
     name: str
     digest: str
-    event: Event
+    payload: dict[str, Any]
 
     def describe(self) -> str:
         return f"{self.step} {self.name!r}"
@@ -178,21 +178,28 @@ class StepLog:
     usage: Usage = field(default_factory=Usage)
 
     @classmethod
-    def rebuild(cls, events: Iterable[Event]) -> StepLog:
+    def rebuild(cls, events: Iterable[tuple[str, dict[str, Any]]]) -> StepLog:
+        """From a run's (kind, payload) pairs in order. A damaged event stops the replay:
+        a step whose record cannot be read must never run again as if it had not run."""
         log = cls()
-        for event in events:
-            p = event.payload
-            if event.kind is EventKind.LLM:
+        steps = log.steps
+        for kind, p in events:
+            if "_damaged" in p:
+                raise AgentFailed(
+                    FailureClass.CONFIGURATION,
+                    f"the run's journal holds a damaged {kind} event: {p['_damaged']}",
+                )
+            if kind == "llm":
                 log.usage += Usage(**p.get("usage", {}))
-            if event.kind is EventKind.APPROVAL and "turn" in p:
+            elif kind == "approval" and "turn" in p:
                 log.approvals[p["turn"]] = p
-            elif event.kind is EventKind.INPUT and "turn" in p:
+            elif kind == "input" and "turn" in p:
                 log.inputs[p["turn"]] = p
             position = p.get("position")
-            if isinstance(position, int) and position not in log.steps:
-                step = str(p.get("step", "sleep" if event.kind is EventKind.SLEEPING else ""))
-                log.steps[position] = Recorded(
-                    position, step, str(p.get("name")), str(p.get("digest")), event
+            if position is not None and position not in steps:
+                step = str(p.get("step", "sleep" if kind == "sleeping" else ""))
+                steps[position] = Recorded(
+                    position, step, str(p.get("name")), str(p.get("digest")), p
                 )
         return log
 
@@ -201,10 +208,24 @@ class StepLog:
         return max(self.steps, default=-1)
 
 
+def _hash(text: bytes) -> str:
+    return hashlib.blake2b(text, digest_size=8).hexdigest()
+
+
+_NO_ARGUMENTS = _hash(b"null")
+
+
 def digest(value: Any) -> str:
     """A short digest of a step's arguments as JSON (keys sorted), the same in every process."""
-    text = json.dumps(_json.json_safe(value), sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    if value is None:
+        return _NO_ARGUMENTS
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # what orjson does not write (a big integer, a custom object)
+        text = json.dumps(
+            _json.json_safe(value), sort_keys=True, default=str, separators=(",", ":")
+        ).encode()
+    return _hash(text)
 
 
 class AgentFailed(ProviderError):
@@ -323,7 +344,7 @@ class AgentContext:
         d = digest(args)
         position, found = self._next(kind, name, d)
         if found is not None:
-            return found.event.payload.get("result")
+            return found.payload.get("result")
         value = _json.json_safe(make())
         payload = {"position": position, "step": kind, "name": name, "digest": d, "result": value}
         self._record([NewEvent(EventKind.STEP, payload)])
@@ -375,7 +396,7 @@ class AgentContext:
         turn = self._model_turns
         self._model_turns += 1
         if found is not None:
-            return _reply(found.event.payload)
+            return _reply(found.payload)
         segment, engine = self._segment, self._segment.engine
         if _over_budget(self._request, self._log.usage):
             raise _Yield(segment._finish(TerminationReason.BUDGET_EXHAUSTED))
@@ -572,7 +593,7 @@ class AgentContext:
         if found is not None:
             if self._log.last > position:
                 return  # the journal goes on past it: the sleep is over
-            until = datetime.fromisoformat(str(found.event.payload["until"]))
+            until = datetime.fromisoformat(str(found.payload["until"]))
         else:
             until = datetime.now(UTC) + _seconds(seconds)
         left = (until - datetime.now(UTC)).total_seconds()
@@ -632,7 +653,7 @@ class AgentContext:
         found = self._log.steps.get(position)
         if found is not None:
             # Decided and recorded: the step itself replays it (or finds it changed).
-            result = found.event.payload.get("result")
+            result = found.payload.get("result")
             return (result if found.step != "tool" else True), ""
         if kind == "approval" and position in self._log.approvals:
             decision = self._log.approvals[position]
@@ -686,10 +707,10 @@ def _seconds(seconds: float) -> Any:
 
 
 def _replayed(found: Recorded) -> Any:
-    error = found.event.payload.get("error")
+    error = found.payload.get("error")
     if error is not None:
         raise ToolFailed(found.name, str(error))
-    return found.event.payload.get("result")
+    return found.payload.get("result")
 
 
 def _written(
@@ -826,7 +847,7 @@ def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunRes
     # for a queued run, its claim. (The attempt does not tell: a segment handed back
     # unstarted does not count one.)
     first = segment.last_sequence <= 1 and segment.fence_call is None
-    events = [] if first else segment.store.events(segment.run_id)
+    events = [] if first else segment.store.journal(segment.run_id)
     log = StepLog.rebuild(events)
     context = AgentContext(segment, request, log, agent)
     try:

@@ -228,6 +228,12 @@ class Store(Protocol):
 
     def events(self, run_id: str, after: int = -1) -> list[Event]: ...
 
+    def journal(self, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+        """A run's events as (kind, payload), in order: what a replay reads (SPEC §20),
+        without the rest of each row. A payload that cannot be decoded is
+        `{"_damaged": why}`."""
+        ...
+
     def runs(
         self,
         status: RunStatus | None = None,

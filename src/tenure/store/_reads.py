@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tenure import _json
 from tenure._types import (
     Event,
     Run,
@@ -37,6 +38,12 @@ class Reads(SQLBase):
     def events(self, run_id: str, after: int = -1) -> list[Event]:
         rows = self._read(self._q["events"], {"id": run_id, "after": after})
         return [event_from_row(row, self._time) for row in rows]
+
+    def journal(self, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+        return [
+            (str(kind), _journal_payload(payload))
+            for kind, payload in self._read(self._q["journal"], {"id": run_id})
+        ]
 
     def runs(
         self,
@@ -77,3 +84,13 @@ def _filters(
         "queue": queue,
         "limit": limit,
     }
+
+
+def _journal_payload(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = _json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        return {"_damaged": f"not JSON: {exc}"}
+    return value if isinstance(value, dict) else {"_damaged": "not a JSON object"}

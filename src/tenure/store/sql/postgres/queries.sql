@@ -389,6 +389,13 @@ SELECT run_id, sequence, attempt, kind, payload, created_at, lease_token
  WHERE run_id = %(id)s AND sequence > %(after)s
  ORDER BY sequence;
 
+-- name: journal
+-- An agent function's replay (SPEC §20): kinds and payloads only, in order.
+SELECT kind, payload
+  FROM tenure_events
+ WHERE run_id = %(id)s
+ ORDER BY sequence;
+
 -- name: runs
 SELECT {run_columns}, NULL FROM tenure_runs
  WHERE (%(status)s::text IS NULL OR status = %(status)s::text)

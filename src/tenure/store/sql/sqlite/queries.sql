@@ -295,6 +295,13 @@ SELECT run_id, sequence, attempt, kind, payload, created_at, lease_token
  WHERE run_id = :id AND sequence > :after
  ORDER BY sequence;
 
+-- name: journal
+-- An agent function's replay (SPEC §20): kinds and payloads only, in order.
+SELECT kind, payload
+  FROM tenure_events
+ WHERE run_id = :id
+ ORDER BY sequence;
+
 -- name: runs
 SELECT {run_columns}, NULL FROM tenure_runs
  WHERE (:status IS NULL OR status = :status)
