@@ -34,7 +34,7 @@ from tenure.providers._base import ModelCall, ModelReply, Provider
 from tenure.store._base import Grant, Lease, ModelState, Store
 
 if TYPE_CHECKING:
-    from tenure._ladder import Segment
+    from tenure._steps import Steps
 
 log = logging.getLogger("tenure")
 
@@ -125,40 +125,55 @@ class Capacity:
             self._circuits = {}
             self._circuits_read = None
 
-    def call(self, segment: Segment, provider: Provider, call: ModelCall) -> ModelReply:
+    def call(
+        self,
+        steps: Steps,
+        provider: Provider,
+        call: ModelCall,
+        *,
+        timeout_of: Callable[[str], float],
+        interactive: bool,
+    ) -> ModelReply:
         """Make the call when capacity allows: wait here while the wait is short (the lease
-        keeper holds the lease), else raise `Throttled` for the segment to park the run."""
+        keeper holds the lease), else raise `Throttled` for the segment to park the run.
+        `timeout_of(model)` is how long a model's call may take."""
         model = call.request.model
-        timeout = segment.engine.model_timeout(model)
+        timeout = timeout_of(model)
         # An interactive run cannot be parked (no worker would pick it up): its caller waits.
-        longest = timeout if segment.interactive else segment.lease_seconds / 3
+        longest = timeout if interactive else steps.lease_seconds / 3
         if call.through is None:  # the segment sets it when it makes the call (no copy)
-            call = replace(call, through=lambda p, c: self.member(segment, p, c))
+            call = replace(call, through=lambda p, c: self.member(steps, p, c, timeout_of))
         waited = 0.0
         while True:
             try:
-                return self._once(segment, model, provider, call, timeout, top=True)
+                return self._once(steps, model, provider, call, timeout, top=True)
             except Throttled as exc:
                 wait = max(exc.wait, MIN_WAIT_SECONDS)
                 if wait > longest or waited + wait > timeout:
                     raise
-                if segment.abort_signal.wait(wait):
-                    raise Cancelled(f"run {segment.run_id} was lost while it waited") from None
+                if steps.abort.wait(wait):
+                    raise Cancelled(f"run {steps.run_id} was lost while it waited") from None
                 waited += wait
 
-    def member(self, segment: Segment, provider: Provider, call: ModelCall) -> ModelReply:
+    def member(
+        self,
+        steps: Steps,
+        provider: Provider,
+        call: ModelCall,
+        timeout_of: Callable[[str], float],
+    ) -> ModelReply:
         """A `Fallback` member (`ModelCall.through`): through its model's capacity and
         circuit if it is registered under a name, never waited for (the next member may
         answer now), within the chain's deadline."""
         named = self._named.get(id(provider))
         if named is None or named[0] is not provider:
             return provider.complete(call)
-        timeout = segment.engine.model_timeout(call.request.model)
-        return self._once(segment, named[1], provider, call, timeout, top=False)
+        timeout = timeout_of(call.request.model)
+        return self._once(steps, named[1], provider, call, timeout, top=False)
 
     def _once(
         self,
-        segment: Segment,
+        steps: Steps,
         model: str,
         provider: Provider,
         call: ModelCall,
@@ -168,17 +183,17 @@ class Capacity:
     ) -> ModelReply:
         limits = self._limits.get(model)
         if limits is None:
-            return self._unlimited(segment, model, provider, call, timeout, top)
+            return self._unlimited(steps, model, provider, call, timeout, top)
         store = self._store()
         tokens = estimate_tokens(call, provider)
         # A reservation is held while its run holds its lease, and never longer than the
         # call may take plus one lease (for its end to be settled).
-        hold = timeout + segment.lease_seconds
-        grant = self._reserve(store, model, limits, segment.lease, tokens, hold)
+        hold = timeout + steps.lease_seconds
+        grant = self._reserve(store, model, limits, steps.lease, tokens, hold)
         if grant.reservation is None:
             raise Throttled(model, grant.wait, circuit=grant.circuit_open)
         try:
-            reply = _complete(segment, provider, call, timeout, top)
+            reply = _complete(steps, provider, call, timeout, top)
         except Exception as exc:
             _settle(store, model, grant.reservation, tokens)  # nothing was used
             wait = _requested_wait(exc)
@@ -192,7 +207,7 @@ class Capacity:
 
     def _unlimited(
         self,
-        segment: Segment,
+        steps: Steps,
         model: str,
         provider: Provider,
         call: ModelCall,
@@ -204,7 +219,7 @@ class Capacity:
         if closed_in > 0:
             raise Throttled(model, closed_in, circuit=True)
         try:
-            return _complete(segment, provider, call, timeout, top)
+            return _complete(steps, provider, call, timeout, top)
         except Exception as exc:
             wait = _requested_wait(exc)
             # A zero Retry-After opens nothing: the failure goes through recovery's backoff.
@@ -295,11 +310,11 @@ def unused_model(name: str, limits: Limits | None, now: datetime) -> ModelState:
 
 
 def _complete(
-    segment: Segment, provider: Provider, call: ModelCall, timeout: float, top: bool
+    steps: Steps, provider: Provider, call: ModelCall, timeout: float, top: bool
 ) -> ModelReply:
     if not top:  # a Fallback member runs inside its chain's deadline
         return provider.complete(call)
-    with segment.step_deadline(timeout):
+    with steps.step_deadline(timeout):
         return provider.complete(call)
 
 

@@ -31,8 +31,6 @@ from tenure._types import (
     FailureClass,
     Outcome,
     Probe,
-    RunRequest,
-    RunResult,
     TerminationReason,
     ToolContext,
 )
@@ -41,7 +39,7 @@ from tenure.agent._tools import InvalidArguments, Tool
 from tenure.store._base import NewEvent
 
 if TYPE_CHECKING:
-    from tenure._ladder import Segment
+    from tenure._steps import Steps
 
 # How often a segment waiting for its probe looks whether the run is still its own.
 PROBE_POLL_SECONDS = 0.05
@@ -52,26 +50,28 @@ PROBE_VERDICT_GRACE_SECONDS = 1.0
 
 
 def resolve(
-    segment: Segment, request: RunRequest, journal: Journal, fence_call: str
-) -> RunResult | None:
-    """Ask the probe about the call the standing fence names; None: the loop goes on."""
+    steps: Steps, tool_of: Callable[[str], Tool | None], journal: Journal, fence_call: str
+) -> Outcome | None:
+    """Ask the probe about the call the standing fence names; None: the loop goes on, else
+    the run was dead-lettered (`Outcome.FAILED`). `tool_of` gives the tool a call names, if
+    the run may use it and this process has it."""
     call: dict[str, Any] = json.loads(fence_call)
     key = str(call.get("idempotency_key"))
     pending = next(
         (
             p
             for p in journal.pending
-            if idempotency_key(segment.run_id, p.llm_sequence, p.index) == key
+            if idempotency_key(steps.run_id, p.llm_sequence, p.index) == key
         ),
         None,
     )
-    tool = segment.tool_of(request, str(call.get("name")))
+    tool = tool_of(str(call.get("name")))
 
     def written(result: Any, started: float) -> NewEvent:
         assert tool is not None and pending is not None  # _ask says unknown otherwise
         return tool_event(pending, tool.effect, key, result, None, started, resolved_by="probe")
 
-    settled = resolve_call(segment, tool, call, written, located=pending is not None)
+    settled = resolve_call(steps, tool, call, written, located=pending is not None)
     if isinstance(settled, Probe):
         if settled.verdict == "done":
             assert pending is not None
@@ -81,21 +81,21 @@ def resolve(
 
 
 def resolve_call(
-    segment: Segment,
+    steps: Steps,
     tool: Tool | None,
     call: dict[str, Any],
     written: Callable[[Any, float], NewEvent],
     *,
     located: bool,
-) -> RunResult | Probe:
+) -> Probe | Outcome:
     """Ask `tool`'s probe about the fenced `call` and record its verdict: `done` with the
     step's event `written(result, started)` and the fence cleared in one transaction;
     `not_done` with the fence cleared (the caller runs the write again, same key); `unknown`
-    dead-letters the run (its RunResult is returned). `located`: the caller found the call
+    dead-letters the run (`Outcome.FAILED` is returned). `located`: the caller found the call
     among the steps it would run next (else the verdict is `unknown`)."""
     key = str(call.get("idempotency_key"))
     started = time.monotonic()
-    verdict = _ask(segment, tool, located, call, key)
+    verdict = _ask(steps, tool, located, call, key)
     payload: dict[str, Any] = {
         "name": call.get("name"),
         "args": call.get("args"),
@@ -105,19 +105,19 @@ def resolve_call(
     }
     if verdict.verdict == "unknown":
         payload["reason"] = verdict.reason
-        return _dead_letter(segment, NewEvent(EventKind.PROBE, payload), verdict.reason)
+        return _dead_letter(steps, NewEvent(EventKind.PROBE, payload), verdict.reason)
     if verdict.verdict == "not_done":
         # The write runs again, fenced again, with the same idempotency key.
-        segment.resolve_fence([NewEvent(EventKind.PROBE, payload)])
+        steps.resolve_fence([NewEvent(EventKind.PROBE, payload)])
         return verdict
     result = to_json_value(verdict.result)
     payload["result"] = result
-    segment.resolve_fence([NewEvent(EventKind.PROBE, payload), written(result, started)])
+    steps.resolve_fence([NewEvent(EventKind.PROBE, payload), written(result, started)])
     return Probe.done(result)
 
 
 def _ask(
-    segment: Segment,
+    steps: Steps,
     tool: Tool | None,
     located: bool,
     call: dict[str, Any],
@@ -136,17 +136,12 @@ def _ask(
     except InvalidArguments as exc:
         return Probe.unknown(f"the fenced call's arguments no longer validate: {exc}")
     context = ToolContext(
-        segment.run_id,
-        segment.lease.attempt,
-        key,
-        segment.lease.token,
-        tool.effect,
-        segment.abort_signal,
+        steps.run_id, steps.lease.attempt, key, steps.lease.token, tool.effect, steps.abort
     )
-    return _run_probe(segment, tool, context, values)
+    return _run_probe(steps, tool, context, values)
 
 
-def _run_probe(segment: Segment, tool: Tool, context: ToolContext, values: dict[str, Any]) -> Probe:
+def _run_probe(steps: Steps, tool: Tool, context: ToolContext, values: dict[str, Any]) -> Probe:
     """The probe, on its own thread, given the tool's timeout (a probe only reads, so one
     left behind after its timeout does no harm; nothing it returns late is used)."""
     answer: list[Any] = []
@@ -162,13 +157,13 @@ def _run_probe(segment: Segment, tool: Tool, context: ToolContext, values: dict[
 
     thread = threading.Thread(target=ask, name=f"tenure-probe-{tool.name}", daemon=True)
     deadline = time.monotonic() + tool.timeout
-    with segment.step_deadline(tool.timeout + PROBE_VERDICT_GRACE_SECONDS):
+    with steps.step_deadline(tool.timeout + PROBE_VERDICT_GRACE_SECONDS):
         thread.start()
         # Wait for the answer, the timeout, or the run leaving this segment (the keeper's
         # abort): then nothing more is written, whatever the probe says later. The wait
         # never sleeps past the timeout, so the timeout is noticed when it comes.
         while not answered.wait(max(0.0, min(PROBE_POLL_SECONDS, deadline - time.monotonic()))):
-            if segment.abort_signal.is_set():
+            if steps.abort.is_set():
                 raise Cancelled("the run left this segment while its probe ran")
             if time.monotonic() >= deadline:
                 return Probe.unknown(f"the probe did not answer within {tool.timeout:g}s")
@@ -180,11 +175,11 @@ def _run_probe(segment: Segment, tool: Tool, context: ToolContext, values: dict[
     return found
 
 
-def _dead_letter(segment: Segment, probe_event: NewEvent, reason: str) -> RunResult:
+def _dead_letter(steps: Steps, probe_event: NewEvent, reason: str) -> Outcome:
     verdict = _policy.DeadLetter(
         TerminationReason.NOT_RETRYABLE,
         f"the write's probe could not tell whether it happened: {reason}",
     )
     settlement = dead_letter(verdict, FailureClass.UNKNOWN, verdict.why, "probe")
-    segment.settle(dataclasses.replace(settlement, events=(probe_event, *settlement.events)))
-    return segment.result_of(Outcome.FAILED)
+    steps.settle(dataclasses.replace(settlement, events=(probe_event, *settlement.events)))
+    return Outcome.FAILED

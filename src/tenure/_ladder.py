@@ -1,23 +1,22 @@
 """One segment of a run (SPEC §6): journal → steps → settle, or failure recovery.
 
-Every write a segment makes names its lease (owner + fencing token). A write that matches no
-row means the run is no longer ours: the segment stops at once, writes nothing more and
-settles nothing, because the row belongs to whoever holds it now.
+A `Segment` drives one run for as long as it holds it: the built-in model/tool loop, or an
+agent function (`agent/_functions.py`). Every write it makes goes through its `Steps`
+(`_steps.py`), the one component that holds the lease, the fence and what was written; a
+write that matches no row means the run is no longer ours, and the segment stops at once,
+writing nothing more.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any
 
-from tenure import _indoubt, _policy, _recovery, _requests
-from tenure._endings import Ending, Endings
+from tenure import _indoubt, _policy, _recovery, _requests, _toolstep
+from tenure._endings import Ending, outcome_of
 from tenure._errors import (
     Cancelled,
     LeaseLost,
@@ -26,7 +25,7 @@ from tenure._errors import (
     Throttled,
     UnknownModel,
 )
-from tenure._toolstep import ToolSteps
+from tenure._steps import Settings, Steps
 from tenure._types import (
     Event,
     EventKind,
@@ -37,31 +36,24 @@ from tenure._types import (
     RunStatus,
     TerminationReason,
     ToolEffect,
-    Usage,
 )
 from tenure.agent import _functions, _human
 from tenure.agent._journal import Journal
-from tenure.agent._tools import Toolbox
+from tenure.agent._tools import Tool, Toolbox
 from tenure.providers._base import ModelCall, ModelReply, Provider, streams
-from tenure.store._base import NO_USAGE, Lease, NewEvent, Store
+from tenure.store._base import Lease, NewEvent, Settlement, Store
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from tenure._capacity import Capacity
     from tenure._keeper import Keeper
     from tenure._publisher import DeltaPublisher
     from tenure.agent._functions import AgentFunction
 
+__all__ = ["Engine", "Segment", "Settings"]
+
 log = logging.getLogger("tenure")
-
-
-@dataclass(frozen=True)
-class Settings:
-    lease_seconds: float = _policy.DEFAULT_LEASE_SECONDS
-    max_requeues: int = _policy.DEFAULT_MAX_REQUEUES
-    backoff_base: float = _policy.DEFAULT_BACKOFF_BASE
-    backoff_cap: float = _policy.DEFAULT_BACKOFF_CAP
-    approve_writes: bool = False
-    approval_timeout: float | None = None
 
 
 @dataclass
@@ -81,7 +73,7 @@ class Engine:
 
 
 @dataclass
-class Segment(ToolSteps, Endings):
+class Segment:
     engine: Engine
     lease: Lease
     raw_request: str | None
@@ -90,27 +82,25 @@ class Segment(ToolSteps, Endings):
     request: RunRequest | None = None
     collect_steps: bool = True
     decision: str | None = None  # raw JSON of a person's decision this segment continues
-    _defer_end: bool = False  # return the normal end instead of settling it here
-    _fence: ToolEffect | None = None
-    _written: list[int] = field(default_factory=list)
-    _usage: Usage = field(default_factory=Usage)
-    # Set by the lease keeper when the run is no longer ours; aborts the step in flight.
-    _abort: threading.Event = field(default_factory=threading.Event)
-    _lost_cancelled: bool = False
-    _kept: bool = False  # the lease keeper renews this segment's lease
-    _deadline: float | None = None  # the step in flight's deadline (time.monotonic)
     # Raw JSON of the call an in-doubt fence stands for (SPEC §16), from the claim: asked
     # of its tool's probe before anything else.
     fence_call: str | None = None
-    _fence_probe: bool = False
     # The sequence of the run's last event when this segment began (its claim, or the
-    # start of an interactive run); with the events it writes, the sequence its next
-    # event will take.
+    # start of an interactive run).
     last_sequence: int = -1
+    _defer_end: bool = False  # return the normal end instead of settling it here
+    _kept: bool = False  # the lease keeper renews this segment's lease
+    steps: Steps = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.fence_call is not None:  # the fence the run was requeued with still stands
-            self._fence, self._fence_probe = ToolEffect.NON_IDEMPOTENT_WRITE, True
+        self.steps = Steps(
+            self.engine.store,
+            self.lease,
+            self.engine.settings,
+            before_last_write=self._release_from_keeper,
+            fence_call=self.fence_call,
+            last_sequence=self.last_sequence,
+        )
 
     @property
     def store(self) -> Store:
@@ -120,44 +110,52 @@ class Segment(ToolSteps, Endings):
     def run_id(self) -> str:
         return self.lease.run_id
 
-    # -- what the lease keeper asks --------------------------------------------------------
+    # -- what the lease keeper, the worker and the drain ask --------------------------------
 
     @property
     def lease_seconds(self) -> float:
         return self.engine.settings.lease_seconds
 
     def renewable(self, now: float) -> bool:
-        """Renewed only while the step in flight is within its deadline: a hung step lets
-        its lease expire, and the reaper handles the run as a dead worker's."""
-        return self._deadline is None or now <= self._deadline
+        return self.steps.renewable(now)
 
     def overdue(self, now: float) -> bool:
-        """The step in flight has run past its deadline (a hung tool or model call)."""
-        return self._deadline is not None and now > self._deadline
+        return self.steps.overdue(now)
 
     def step_time_left(self, now: float) -> float:
-        """Seconds until the step in flight reaches its deadline (0 without one)."""
-        return 0.0 if self._deadline is None else max(0.0, self._deadline - now)
+        return self.steps.step_time_left(now)
 
     def lose(self, cancelled: bool) -> None:
-        """The keeper's renewal missed: the run is no longer ours. The step in flight is
-        aborted and every later write is refused without asking the database."""
-        self._lost_cancelled = cancelled
-        self._abort.set()
+        self.steps.lose(cancelled)
 
-    def _last_write(self) -> None:
-        """Before the write that ends this segment's hold on the run (a settle, a requeue,
-        a hold for a person): the keeper stops renewing first, so that a renewal racing
-        this write never mistakes the run's new state for a lost lease."""
+    @property
+    def fence(self) -> ToolEffect | None:
+        """The effect of the write this segment has in flight (its fence stands)."""
+        return self.steps.fence
+
+    @property
+    def fence_probe(self) -> bool:
+        """The standing fence's tool has a probe: the run can go back in doubt."""
+        return self.steps.fence_probe
+
+    @property
+    def abort_signal(self) -> threading.Event:
+        """Set when the run is no longer this segment's: what a step in flight watches."""
+        return self.steps.abort
+
+    def step_deadline(self, timeout: float) -> AbstractContextManager[None]:
+        return self.steps.step_deadline(timeout)
+
+    @property
+    def wrote_anything(self) -> bool:
+        """Whether this segment has recorded an event yet (its claim aside)."""
+        return bool(self.steps.written)
+
+    def _release_from_keeper(self) -> None:
         keeper = self.engine.keeper
         if keeper is not None and self._kept:
             keeper.release(self)
             self._kept = False
-        self._check_held()
-
-    def _check_held(self) -> None:
-        if self._abort.is_set():
-            raise RunCancelled(self.run_id) if self._lost_cancelled else LeaseLost(self.run_id)
 
     # -- the ladder ----------------------------------------------------------------------
 
@@ -181,9 +179,7 @@ class Segment(ToolSteps, Endings):
         try:
             return self._execute_kept()
         finally:
-            if keeper is not None and self._kept:
-                keeper.release(self)
-                self._kept = False
+            self._release_from_keeper()
 
     def _execute_kept(self) -> RunResult | Ending:
         try:
@@ -191,28 +187,29 @@ class Segment(ToolSteps, Endings):
         except Exception as exc:
             # A payload that cannot be read can never run: fail it now, never strand it
             # (whatever the exception: one that escaped here would leave the run running).
-            return self._recover(ProviderError(FailureClass.CONFIGURATION, str(exc)))
+            return self.recover(ProviderError(FailureClass.CONFIGURATION, str(exc)))
         try:
             missing = [] if self.interactive else self._missing(request)
             if missing:
-                return self._hand_back_unserved(missing)
+                return self.hand_back_unserved(missing)
             return self._run(request)
         except LeaseLost:
-            return self._result(Outcome.LEASE_LOST)
+            return self.result(Outcome.LEASE_LOST)
         except RunCancelled:
-            return self._result(Outcome.CANCELLED)
+            return self.result(Outcome.CANCELLED)
         except Cancelled:  # a step aborted because the keeper found the run gone
-            return self._result(Outcome.CANCELLED if self._lost_cancelled else Outcome.LEASE_LOST)
+            return self.result(self._lost_outcome())
         except Throttled as exc:
-            if self.interactive or self._abort.is_set():
-                return self._recover(exc)
+            if self.interactive or self.steps.abort.is_set():
+                return self.recover(exc)
             return self._park(exc)
         except Exception as exc:
-            if self._abort.is_set():  # whatever the aborted step raised: nothing to record
-                return self._result(
-                    Outcome.CANCELLED if self._lost_cancelled else Outcome.LEASE_LOST
-                )
-            return self._recover(exc)
+            if self.steps.abort.is_set():  # whatever the aborted step raised: nothing to record
+                return self.result(self._lost_outcome())
+            return self.recover(exc)
+
+    def _lost_outcome(self) -> Outcome:
+        return Outcome.CANCELLED if self.steps.lost_cancelled else Outcome.LEASE_LOST
 
     def _missing(self, request: RunRequest) -> list[str]:
         """What this process lacks to execute the run: its agent function, or its model;
@@ -226,7 +223,7 @@ class Segment(ToolSteps, Endings):
         tools = self.engine.tools
         return missing + [f"tool {name!r}" for name in request.tools if tools.get(name) is None]
 
-    def _hand_back_unserved(self, missing: list[str]) -> RunResult:
+    def hand_back_unserved(self, missing: list[str]) -> RunResult:
         """Never execute a run without its tools or model (a made-up answer would complete
         it): give it back untouched, for a worker that has them. Queues route runs to the
         workers that can serve them; this is the net under a misrouted run. A run that came
@@ -234,11 +231,9 @@ class Segment(ToolSteps, Endings):
         the write's tool asks its probe (never charged: this worker asked nothing)."""
         why = f"{self.lease.owner} cannot serve this run; it lacks"
         log.warning("run %s handed back: %s %s", self.run_id, why, ", ".join(missing))
-        self._last_write()
-        if not self.store.hand_back(self.lease, why, missing, self.fence_call):
-            self._lost()
+        self.steps.hand_back(why, missing)
         error = ProviderError(FailureClass.CONFIGURATION, f"{why} {', '.join(missing)}")
-        return self._result(Outcome.REQUEUED, error=error)
+        return self.result(Outcome.REQUEUED, error=error)
 
     def _run(self, request: RunRequest) -> RunResult | Ending:
         if request.agent is not None:
@@ -255,43 +250,56 @@ class Segment(ToolSteps, Endings):
         if provider is None:
             raise ProviderError(FailureClass.CONFIGURATION, str(UnknownModel(request.model)))
         if self.fence_call is not None:
-            ended = _indoubt.resolve(self, request, journal, self.fence_call)
-            if ended is not None:
-                return ended
+            settled = _indoubt.resolve(self.steps, self._tool_of(request), journal, self.fence_call)
+            if settled is not None:
+                return self.result(settled)
+        approve_writes = self.engine.settings.approve_writes
         while True:
             held = self._hold(request, journal)
             if held is not None:
-                return self._suspend(request, held)
+                return self.suspend(request, held)
             for pending in list(journal.pending):
-                self._tool_step(request, journal, pending)
+                tool = self._tool_of(request)(pending.call.name)
+                _toolstep.tool_step(
+                    self.steps, tool, journal, pending, self.decision, approve_writes
+                )
             if journal.answers >= request.max_iterations:
-                return self._finish(TerminationReason.MAX_ITERATIONS)
-            if _over_budget(request, journal.usage):
-                return self._finish(TerminationReason.BUDGET_EXHAUSTED)
+                return self.finish(TerminationReason.MAX_ITERATIONS)
+            if _functions.over_budget(request, journal.usage):
+                return self.finish(TerminationReason.BUDGET_EXHAUSTED)
             call = ModelCall(
                 messages=list(journal.messages),
                 tools=self.engine.tools.specs(request.tools),
                 run_id=self.run_id,
                 attempt=self.lease.attempt,
                 request=request,
-                abort=self._abort,
+                abort=self.steps.abort,
                 timeout=self.engine.model_timeout(request.model),
-                through=self._through,
+                through=self.through,
             )
-            reply = self._ask(provider, call)
-            llm = NewEvent(EventKind.LLM, _llm_payload(reply))
+            reply = self.ask(provider, call)
+            llm = NewEvent(EventKind.LLM, _functions.llm_payload(reply))
             if not reply.tool_calls:
                 return self._complete(reply, llm)
-            (sequence,) = self._record([llm], reply.usage)
+            (sequence,) = self.steps.record([llm], reply.usage)
             journal.add_answer(sequence, reply)
 
-    # -- steps ---------------------------------------------------------------------------
+    def _tool_of(self, request: RunRequest) -> Any:
+        """The tool a call names, if the run may use it and this process has it."""
+        tools = self.engine.tools
 
-    def _ask(self, provider: Provider, call: ModelCall) -> ModelReply:
+        def tool_of(name: str) -> Tool | None:
+            return tools.get(name) if name in request.tools else None
+
+        return tool_of
+
+    # -- the model step ------------------------------------------------------------------
+
+    def ask(self, provider: Provider, call: ModelCall) -> ModelReply:
         """The model step. A streaming provider's text is published while it arrives
         (SPEC §18); the call's last deltas are out before its `llm` event is recorded."""
         deltas = self.engine.deltas if streams(provider) else None
-        stream = deltas.open(self.lease, self._next_sequence()) if deltas is not None else None
+        stream = deltas.open(self.lease, self.steps.next_sequence()) if deltas is not None else None
         if stream is not None:
             call = dataclasses.replace(call, on_delta=stream.add)
         try:
@@ -300,89 +308,138 @@ class Segment(ToolSteps, Endings):
             if stream is not None:
                 stream.close()
 
-    def _next_sequence(self) -> int:
-        """The sequence the next event of this segment will take: while it holds the run,
-        only it appends events."""
-        return max(self._written, default=self.last_sequence) + 1
-
     def _call_model(self, provider: Provider, call: ModelCall) -> ModelReply:
         capacity = self.engine.capacity
         if capacity is not None:
-            return capacity.call(self, provider, call)
-        with self.step_deadline(self.engine.model_timeout(call.request.model)):
+            return capacity.call(
+                self.steps,
+                provider,
+                call,
+                timeout_of=self.engine.model_timeout,
+                interactive=self.interactive,
+            )
+        with self.steps.step_deadline(self.engine.model_timeout(call.request.model)):
             return provider.complete(call)
 
-    def _through(self, provider: Provider, call: ModelCall) -> ModelReply:
+    def through(self, provider: Provider, call: ModelCall) -> ModelReply:
         """How a provider that calls others (`Fallback`) calls one of them: through that
         model's capacity and circuit, when it is registered under a name."""
         capacity = self.engine.capacity
         if capacity is None:
             return provider.complete(call)
-        return capacity.member(self, provider, call)
-
-    @property
-    def wrote_anything(self) -> bool:
-        """Whether this segment has recorded an event yet (its claim aside)."""
-        return bool(self._written)
-
-    @property
-    def abort_signal(self) -> threading.Event:
-        """Set when the run is no longer this segment's: what a step in flight watches."""
-        return self._abort
-
-    def result_of(self, outcome: Outcome) -> RunResult:
-        return self._result(outcome)
-
-    @contextlib.contextmanager
-    def step_deadline(self, timeout: float) -> Iterator[None]:
-        """A step in flight: the keeper renews the lease until `timeout` has passed."""
-        self._deadline = time.monotonic() + timeout
-        try:
-            yield
-        finally:
-            self._deadline = None
-
-    def _record(self, events: list[NewEvent], usage: Usage = NO_USAGE) -> list[int]:
-        """Heartbeat and append in one transaction (the step boundary)."""
-        self._check_held()
-        sequences = self.store.record_step(
-            self.lease, self.engine.settings.lease_seconds, events, usage
-        )
-        if sequences is None:
-            self._lost()
-        self._written.extend(sequences)
-        self._usage += usage
-        return sequences
-
-    def _lost(self) -> NoReturn:
-        # Our guard matched nothing: either the run was cancelled (stop quietly) or it now
-        # belongs to someone else (stop without a trace).
-        if self.store.run_status(self.run_id) is RunStatus.CANCELLED:
-            raise RunCancelled(self.run_id)
-        raise LeaseLost(self.run_id)
+        return capacity.member(self.steps, provider, call, self.engine.model_timeout)
 
     # -- a person in the loop ------------------------------------------------------------
 
     def _hold(self, request: RunRequest, journal: Journal) -> _human.Hold | None:
-        tools = [self.tool_of(request, p.call.name) for p in journal.pending]
+        tool_of = self._tool_of(request)
+        tools = [tool_of(p.call.name) for p in journal.pending]
         approve_writes = self.engine.settings.approve_writes
         return _human.hold(journal, tools, self.decision, approve_writes=approve_writes)
 
+    def suspend(self, request: RunRequest, held: _human.Hold) -> RunResult:
+        """Hold the run for a person, without a lease or a slot."""
+        timeout = held.timeout or self.engine.settings.approval_timeout
+        waiting = {"kind": held.kind, "turn": held.turn, "calls": held.calls}
+        stored = None if not self.interactive else _requests.dumps(_requests.to_json(request))
+        self.steps.suspend(held.status, waiting, stored, timeout)
+        kind = held.kind
+        outcome = Outcome.AWAITING_APPROVAL if kind == "approval" else Outcome.AWAITING_INPUT
+        return self.result(outcome)
+
+    # -- ends ------------------------------------------------------------------------------
+
+    def _complete(self, reply: ModelReply, llm: NewEvent) -> RunResult | Ending:
+        text = reply.text or ""
+        assembled = NewEvent(EventKind.ASSEMBLED, {"output": text})
+        settlement = Settlement(
+            RunStatus.COMPLETED,
+            TerminationReason.COMPLETED,
+            output=text,
+            events=(llm, assembled),
+            usage=reply.usage,
+        )
+        self.steps.usage += reply.usage
+        return self.end(settlement, output=text)
+
+    def finish(self, reason: TerminationReason) -> RunResult | Ending:
+        return self.end(Settlement(RunStatus.FAILED, reason, error=f"run ended: {reason}"))
+
+    def end(self, settlement: Settlement, output: str | None = None) -> RunResult | Ending:
+        """The normal end: settled here, or returned for the caller to commit (a worker
+        commits the ends of several runs, and its next claim, in one transaction)."""
+        self.steps.last_write()
+        if self._defer_end:
+            return Ending(settlement)
+        self.steps.settle(settlement)
+        return self.result(outcome_of(settlement), output=output)
+
+    def settled(self, settlement: Settlement, sequences: list[int] | None) -> Outcome:
+        """The outcome of an ending committed by someone else, given what its settle
+        returned (None: the guard matched nothing)."""
+        if sequences is not None:
+            self.steps.written.extend(sequences)
+            return outcome_of(settlement)
+        try:
+            self.steps.lost()
+        except RunCancelled:
+            return Outcome.CANCELLED
+        except Exception:  # LeaseLost, or the status read failed: the settle did not apply
+            return Outcome.LEASE_LOST
+
+    def settle_alone(self, settlement: Settlement) -> Outcome:
+        """Settle an ending on its own (its batch could not be committed), with this
+        segment's own failure recovery if that fails too."""
+        try:
+            self.steps.settle(settlement)
+        except LeaseLost:
+            return Outcome.LEASE_LOST
+        except RunCancelled:
+            return Outcome.CANCELLED
+        except Exception as exc:
+            return self.recover(exc).outcome
+        return outcome_of(settlement)
+
+    def _park(self, throttled: Throttled) -> RunResult:
+        """No capacity for the model until later (SPEC §17): back to the queue until then,
+        with a `throttled` event, not charged to the requeue budget."""
+        payload = {
+            "model": throttled.model,
+            "why": "circuit_open" if throttled.circuit else "capacity",
+            "delay": round(throttled.wait, 3),
+            "worker": self.lease.owner,
+        }
+        try:
+            self.steps.park(throttled.wait, payload, EventKind.THROTTLED)
+        except LeaseLost:
+            return self.result(Outcome.LEASE_LOST)
+        except RunCancelled:
+            return self.result(Outcome.CANCELLED)
+        except Exception:  # the park could not be stored: recovery decides, as for a failure
+            return self.recover(throttled)
+        log.info("run %s: parked %.1fs: %s", self.run_id, throttled.wait, throttled)
+        return self.result(Outcome.REQUEUED, error=throttled)
+
+    def sleep_until(self, delay: float, payload: dict[str, Any]) -> RunResult:
+        """An agent function's long sleep (SPEC §20): back to the queue until it is due,
+        uncharged, with a `sleeping` event; the function is replayed to it then."""
+        self.steps.park(delay, payload, EventKind.SLEEPING)
+        return self.result(Outcome.SLEEPING)
+
     # -- failures ------------------------------------------------------------------------
 
-    def _recover(self, exc: Exception) -> RunResult:
-        outcome = _recovery.recover(self, exc)
-        return self._result(outcome, error=exc)
+    def recover(self, exc: Exception) -> RunResult:
+        outcome = _recovery.recover(
+            self.steps, exc, interactive=self.interactive, requeue_count=self.requeue_count
+        )
+        return self.result(outcome, error=exc)
 
-    def _result(
+    def result(
         self, outcome: Outcome, output: str | None = None, error: BaseException | None = None
     ) -> RunResult:
         steps: list[Event] = []
-        if self.collect_steps and self._written:
-            mine = set(self._written)
+        written = self.steps.written
+        if self.collect_steps and written:
+            mine = set(written)
             steps = [e for e in self.store.events(self.run_id, min(mine) - 1) if e.sequence in mine]
-        return RunResult(outcome, self.run_id, output, steps, error, self._usage)
-
-
-_llm_payload = _functions.llm_payload
-_over_budget = _functions._over_budget
+        return RunResult(outcome, self.run_id, output, steps, error, self.steps.usage)

@@ -305,7 +305,7 @@ class AgentContext:
         worker that serves an agent must register the models and tools it uses)."""
         segment = self._segment
         if not segment.wrote_anything:
-            raise _Yield(segment._hand_back_unserved(missing))
+            raise _Yield(segment.hand_back_unserved(missing))
         raise AgentFailed(
             FailureClass.CONFIGURATION,
             f"agent {self._agent.name}: this worker lacks {', '.join(missing)}",
@@ -313,7 +313,7 @@ class AgentContext:
 
     def _next(self, step: str, name: str, args_digest: str) -> tuple[int, Recorded | None]:
         """The next position, and its recorded step if the journal has one (checked)."""
-        self._segment._check_held()
+        self._segment.steps.check_held()
         position = self._position
         self._position += 1
         found = self._log.steps.get(position)
@@ -336,9 +336,9 @@ class AgentContext:
 
     def _record(self, events: list[NewEvent], usage: Usage | None = None) -> None:
         if usage is None:
-            self._segment._record(events)
+            self._segment.steps.record(events)
         else:
-            self._segment._record(events, usage)
+            self._segment.steps.record(events, usage)
 
     def _value_step(self, kind: str, name: str, args: Any, make: Callable[[], Any]) -> Any:
         d = digest(args)
@@ -398,8 +398,8 @@ class AgentContext:
         if found is not None:
             return _reply(found.payload)
         segment, engine = self._segment, self._segment.engine
-        if _over_budget(self._request, self._log.usage):
-            raise _Yield(segment._finish(TerminationReason.BUDGET_EXHAUSTED))
+        if over_budget(self._request, self._log.usage):
+            raise _Yield(segment.finish(TerminationReason.BUDGET_EXHAUSTED))
         provider = engine.models.get(name)
         if provider is None:
             self._lacking([f"model {name!r}"])
@@ -419,11 +419,11 @@ class AgentContext:
             request=request,
             abort=segment.abort_signal,
             timeout=engine.model_timeout(name),
-            through=segment._through,
+            through=segment.through,
             turn=turn,
             options=options,
         )
-        reply = segment._ask(provider, call)
+        reply = segment.ask(provider, call)
         payload = {
             **llm_payload(reply),
             "position": position,
@@ -500,12 +500,12 @@ class AgentContext:
         ran = error is None
         if ran:
             where = {"position": position, "step": kind}
-            result, error = segment.fenced_call(
+            result, error = segment.steps.fenced_call(
                 tool, args, key, where, lambda context: invoke(context, values)
             )
         event = _written(kind, tool, position, d, args, result, error, key, started)
         if ran and tool.effect.is_write:  # its fence stands: cleared with its event
-            segment.record_written(tool.name, event)
+            segment.steps.record_written(tool.name, event)
         else:
             self._record([event])
         if error is not None:
@@ -537,9 +537,9 @@ class AgentContext:
 
         from tenure._indoubt import resolve_call
 
-        settled = resolve_call(self._segment, tool, fenced, written, located=True)
-        if not isinstance(settled, Probe):
-            raise _Yield(settled)
+        settled = resolve_call(self._segment.steps, tool, fenced, written, located=True)
+        if not isinstance(settled, Probe):  # dead-lettered: the probe could not tell
+            raise _Yield(self._segment.result(settled))
         return settled.verdict == "done", settled.result
 
     def agent_loop(
@@ -606,7 +606,7 @@ class AgentContext:
         if left > 0:
             with segment.step_deadline(left + segment.lease_seconds):
                 if segment.abort_signal.wait(left):
-                    segment._check_held()
+                    segment.steps.check_held()
 
     def approve(self, name: str, args: dict[str, Any] | None = None) -> bool:
         """A person approves (True) or denies (False); the run waits without a slot."""
@@ -681,7 +681,7 @@ class AgentContext:
             RunStatus.WAITING_FOR_APPROVAL if kind == "approval" else RunStatus.WAITING_FOR_INPUT
         )
         hold = _human.Hold(status, position, [held_call])
-        raise _Yield(segment._suspend(self._request, hold))
+        raise _Yield(segment.suspend(self._request, hold))
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -831,7 +831,7 @@ def llm_payload(reply: ModelReply) -> dict[str, Any]:
     }
 
 
-def _over_budget(request: RunRequest, usage: Usage) -> bool:
+def over_budget(request: RunRequest, usage: Usage) -> bool:
     if request.max_tokens is not None and usage.total_tokens >= request.max_tokens:
         return True
     return request.max_cost is not None and usage.cost >= request.max_cost
@@ -861,14 +861,14 @@ def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunRes
     except (LeaseLost, RunCancelled, ProviderError):
         raise  # a step's failure or the run's loss: the segment's recovery decides
     except InvalidRequest as exc:  # a step asked wrongly (a lambda without name=, …)
-        segment._check_held()
+        segment.steps.check_held()
         raise AgentFailed(FailureClass.CONFIGURATION, f"agent {agent.name}: {exc}") from exc
     except Exception as exc:
-        segment._check_held()
+        segment.steps.check_held()
         raise AgentFailed(
             FailureClass.UNKNOWN, f"agent {agent.name} raised {describe(exc)}"
         ) from exc
-    segment._check_held()
+    segment.steps.check_held()
     left = [s for p, s in sorted(log.steps.items()) if p >= context._position]
     if left:
         raise Nondeterministic(left[0].position, left[0].describe(), "nothing: it returned")
@@ -893,4 +893,4 @@ def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunRes
     settlement = Settlement(
         RunStatus.COMPLETED, TerminationReason.COMPLETED, output=text, events=(assembled,)
     )
-    return segment._end(settlement, output=text)
+    return segment.end(settlement, output=text)

@@ -201,23 +201,25 @@ class HookedTool(Tool):
 
     hooks: Hooks | None = None
 
-    def invoke(self, context: ToolContext, args: dict[str, Any]) -> Any:
+    def call(self, context: ToolContext, values: dict[str, Any]) -> Any:
+        """The write on validated values, as every caller runs a tool (the built-in loop's
+        tool step and an agent function's `ctx.tool` alike)."""
         assert self.hooks is not None
         self.hooks.write(WRITE_BEFORE, context, self)
         if self.hooks.holds(context):
-            result = self._held(context, args)
+            result = self._held(context, values)
         else:
-            result = super().invoke(context, args)
+            result = super().call(context, values)
         self.hooks.write(WRITE_AFTER, context, self)
         return result
 
-    def _held(self, context: ToolContext, args: dict[str, Any]) -> Any:
+    def _held(self, context: ToolContext, values: dict[str, Any]) -> Any:
         """The write runs; its answer comes only after the tool's timeout. An async tool is
         cancelled by the engine at the timeout (the write done, its outcome unknown to the
         step); a sync one cannot be, so the process dies when its hold ends."""
         assert self.hooks is not None
         if not self.asynchronous:
-            super().invoke(context, args)
+            super().call(context, values)
             time.sleep(self.timeout + HOLD_PAST_TIMEOUT)
             die()
         fn, hold = self.fn, self.timeout + HOLD_PAST_TIMEOUT
@@ -228,8 +230,8 @@ class HookedTool(Tool):
             return result
 
         try:
-            # The tool's own invoke (validation, the loop, its timeout), on the late function.
-            return Tool.invoke(dataclasses.replace(self, fn=answer_late), context, args)
+            # The tool's own call (the loop, its timeout), on the late function.
+            return Tool.call(dataclasses.replace(self, fn=answer_late), context, values)
         except _loop.TimedOut:
             self.hooks.timed_out()
             raise
