@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests._postgres import Cluster, find_bindir, free_port
+from tests._postgres import Cluster, free_port
 
 from .conftest import Cli, one_line_error, wait_for
 
@@ -72,27 +71,11 @@ def test_a_worker_started_while_postgres_is_down_retries_and_says_so_once(cli: C
     assert PASSWORD not in result.err
 
 
-@pytest.fixture
-def own_cluster() -> Iterator[Cluster]:
-    """A cluster of its own, for a test that stops and starts it."""
-    bindir = find_bindir()
-    if bindir is None:
-        pytest.skip("PostgreSQL binaries (initdb, pg_ctl) not found")
-    cluster = Cluster(bindir)
-    try:
-        cluster.init()
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.destroy()
-
-
 @pytest.mark.slow
 def test_a_worker_says_once_that_postgres_is_unreachable_and_once_that_it_is_back(
-    tmp_path: Path, own_cluster: Cluster
+    tmp_path: Path, spare_pg_cluster: Cluster
 ) -> None:
-    own_cluster.admin("CREATE DATABASE tenure")
-    cli = Cli(tmp_path, own_cluster.url("tenure"))
+    cli = Cli(tmp_path, spare_pg_cluster.url("tenure"))
     assert cli("init").code == 0
     log = tmp_path / "worker.log"
     with log.open("w") as sink:
@@ -106,11 +89,11 @@ def test_a_worker_says_once_that_postgres_is_unreachable_and_once_that_it_is_bac
         )
     try:
         wait_for(lambda: "started: concurrency" in log.read_text())
-        own_cluster.stop()
+        spare_pg_cluster.stop()
         wait_for(lambda: "unreachable" in log.read_text())
         # Long enough for the claim loop, the listener and the pool to try again many times.
         time.sleep(8)
-        own_cluster.start()
+        spare_pg_cluster.start()
         wait_for(lambda: "reachable again" in log.read_text(), timeout=60)
         run_id = cli.enqueue([{"say": "after the outage"}])
         wait_for(lambda: cli("status", run_id, "--json").json()["status"] == "completed")

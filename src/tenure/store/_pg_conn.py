@@ -42,7 +42,7 @@ CHECKOUT_TIMEOUT_SECONDS = 5.0
 # ...) for as long as this; then it gives the slot up, and the next checkout that finds no
 # connection starts again from 1 s. Without a bound a server back after a minute's outage
 # would wait about as long again for the pool's next attempt.
-POOL_RECONNECT_SECONDS = 8.0
+POOL_RECONNECT_SECONDS = 4.0
 # An idle listener proves its connection alive this often (a silent network loss would
 # otherwise leave it waiting forever on a dead socket).
 LISTEN_HEALTH_SECONDS = 30.0

@@ -232,7 +232,9 @@ class PostgresStore(SQLStore):
             message = f"cannot reach {self._where()} (tried for {budget:g}s): {self._reason(cause)}"
         else:
             message = f"{self._where()} unavailable for {budget:g}s: {self._reason(cause)}"
-        return DatabaseUnavailable(message)
+        error = DatabaseUnavailable(message)
+        error.logged = self._reachability.down
+        return error
 
     def _reason(self, cause: Exception) -> str:
         return self._diagnose() if isinstance(cause, PoolTimeout) else one_line(cause)
