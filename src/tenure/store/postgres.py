@@ -426,7 +426,7 @@ class PostgresStore(SQLStore):
             conn.execute(Q["publish_delta"], params)
 
     def follow_deltas(self, run_id: str) -> DeltaFeed:
-        return NotifyFeed(self.conninfo, run_id)
+        return NotifyFeed(self.conninfo, run_id, self._reachability)
 
 
 def _request_only(run: NewRun) -> bool:
