@@ -203,10 +203,13 @@ class PostgresStore(SQLStore):
             else:
                 self._reachability.answered(asked_at)
                 return result
-            if time.monotonic() + delay >= deadline:
+            # The last try comes at the deadline, not a backoff step before it: "tried for
+            # 3s" means three seconds (a quick restart may end within the last one).
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise self._unavailable(cause, budget, reaching) from cause
-            self._retry_noted(cause, what, delay, reaching)
-            time.sleep(delay)
+            self._retry_noted(cause, what, min(delay, left), reaching)
+            time.sleep(min(delay, left))
             delay = min(delay * 2, RETRY_MAX_DELAY)
 
     def _transient(self, exc: psycopg.OperationalError) -> Exception:
