@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from .._postgres import Cluster, free_port
 @pytest.fixture
 def warnings(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
     caplog.set_level(logging.WARNING)
+    caplog.set_level(logging.DEBUG, logger="tenure.store.postgres")
     yield caplog
 
 
@@ -103,3 +105,31 @@ def test_a_store_that_has_reached_its_server_rides_out_an_outage_for_its_whole_w
             restarted.join()
     finally:
         store.close()
+
+
+def test_only_tenure_pools_lose_their_per_attempt_warnings(
+    warnings: pytest.LogCaptureFixture,
+) -> None:
+    """psycopg_pool's "error connecting" lines of tenure's pools go to DEBUG; a pool of the
+    application's own, in the same process, keeps them."""
+    from psycopg_pool import ConnectionPool
+
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/tenure"
+    PostgresStore(url).close()  # installs the filter, as any store does
+    for name in ("tenure", "the_apps_own"):
+        pool: ConnectionPool[Any] = ConnectionPool(url, name=name, min_size=1, open=False)
+        pool.open(wait=False)
+        try:
+            deadline = time.monotonic() + 30
+            while not any(f"in '{name}'" in r.getMessage() for r in warnings.records):
+                assert time.monotonic() < deadline, "the pool never tried to connect"
+                time.sleep(0.05)
+        finally:
+            pool.close()
+    connecting = [r for r in warnings.records if "error connecting in" in r.getMessage()]
+    assert {r.levelno for r in connecting if "'the_apps_own'" in r.getMessage()} == {
+        logging.WARNING
+    }
+    assert {(r.name, r.levelno) for r in connecting if "'tenure'" in r.getMessage()} == {
+        ("tenure.store.postgres", logging.DEBUG)
+    }
