@@ -146,19 +146,37 @@ class Cluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[Cluster]:
+def _bindir() -> Path:
     bindir = find_bindir()
     if bindir is None:
         message = "PostgreSQL binaries (initdb, pg_ctl) not found"
         if os.environ.get("CI") == "true":
             pytest.fail(f"{message}: CI must test PostgreSQL, install it", pytrace=False)
         pytest.skip(message)
-    cluster = Cluster(bindir)
+    return bindir
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    cluster = Cluster(_bindir())
     try:
         cluster.init()
         cluster.start()
         cluster.make_template()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def spare_pg_cluster() -> Iterator[Cluster]:
+    """A cluster of the test's own, with an empty database `tenure` (`.url("tenure")`),
+    for a test that stops and starts its server; destroyed at the end of the test."""
+    cluster = Cluster(_bindir())
+    try:
+        cluster.init()
+        cluster.start()
+        cluster.admin("CREATE DATABASE tenure")
         yield cluster
     finally:
         cluster.destroy()

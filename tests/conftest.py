@@ -15,9 +15,9 @@ import pytest
 import tenure
 from tenure.store import Store, open_store
 
-from ._postgres import pg_cluster, pg_url
+from ._postgres import pg_cluster, pg_url, spare_pg_cluster
 
-__all__ = ["pg_cluster", "pg_url"]  # fixtures, shared with every test
+__all__ = ["pg_cluster", "pg_url", "spare_pg_cluster"]  # fixtures, shared with every test
 
 BACKENDS = ["sqlite", "postgres"]
 

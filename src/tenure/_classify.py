@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 
 from tenure._errors import DatabaseUnavailable, ProviderError
@@ -26,6 +27,14 @@ def classify(exc: BaseException) -> FailureClass:
     if isinstance(exc, ConnectionError):
         return FailureClass.CONNECTION
     return FailureClass.UNKNOWN
+
+
+def retry_log_level(exc: BaseException) -> int:
+    """The level of a loop's "failed, the next round retries" line: DEBUG for an outage the
+    store has already told the log of, else WARNING."""
+    if isinstance(exc, DatabaseUnavailable) and exc.logged:
+        return logging.DEBUG
+    return logging.WARNING
 
 
 def retry_after(exc: BaseException) -> float | None:

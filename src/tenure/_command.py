@@ -16,6 +16,10 @@ from typing import Any
 from tenure import Runtime
 
 DEFAULT_APP = "tenure.demo:app"
+# How long a one-shot command waits for a PostgreSQL server that has not answered yet: long
+# enough for a quick restart, short enough that a person or cron hears at once that it is
+# down. Once it has answered, the store rides out an outage for its whole retry window.
+ONE_SHOT_REACH_SECONDS = 3.0
 
 
 class CliError(Exception):
@@ -96,7 +100,9 @@ class Context:
     `existing`: the command only reads, so a SQLite file that is not there is an error
     rather than a new, empty database. `store_only`: the command reads only what the database
     holds, so without `--app` a bare Runtime does: the built-in demo app's tools cost a
-    pydantic import and a model per tool, a third of such a command's start."""
+    pydantic import and a model per tool, a third of such a command's start. `one_shot`: the
+    command does its work and ends (not a worker or a server), so a PostgreSQL server that
+    does not answer ends it within `ONE_SHOT_REACH_SECONDS`, in one line."""
 
     def __init__(
         self,
@@ -104,11 +110,13 @@ class Context:
         database: str | None,
         existing: bool = False,
         store_only: bool = False,
+        one_shot: bool = False,
     ) -> None:
         self.app_spec = app_spec
         self.database = database
         self.existing = existing
         self.store_only = store_only
+        self.one_shot = one_shot
         self._app: Runtime | None = None
 
     @property
@@ -119,6 +127,8 @@ class Context:
                 app.use_database(self.database)
             if self.existing:
                 require_sqlite_file(app.database_url)
+            if self.one_shot:
+                app._reach_seconds = ONE_SHOT_REACH_SECONDS
             self._app = app
         return self._app
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tenure._classify import describe
+from tenure._classify import describe, retry_log_level
 from tenure._errors import DatabaseGone
 from tenure._ladder import Segment
 from tenure._types import Outcome
@@ -177,7 +177,9 @@ class Completer:
         # is out of reach) and handed back untouched.
         self._unsure = True
         if not ended:
-            log.warning("%s: claim failed (%s); retrying", self.owner, describe(exc))
+            log.log(
+                retry_log_level(exc), "%s: claim failed (%s); retrying", self.owner, describe(exc)
+            )
             self._hand_back_orphans()
             time.sleep(self._retry_pause)
             return
@@ -209,6 +211,11 @@ class Completer:
                 if self.store.hand_back(lease, why, fence_call=orphan.fence_call):
                     log.warning("run %s: claimed by a lost commit; handed back", lease.run_id)
         except Exception as exc:  # still out of reach: the next cycle looks again
-            log.warning("%s: cannot check its claims yet (%s)", self.owner, describe(exc))
+            log.log(
+                retry_log_level(exc),
+                "%s: cannot check its claims yet (%s)",
+                self.owner,
+                describe(exc),
+            )
             return
         self._unsure = False

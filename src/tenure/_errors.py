@@ -102,6 +102,11 @@ class StoreError(TenureError):
 class DatabaseUnavailable(StoreError):
     """The database stayed locked or unreachable after retries."""
 
+    # Whether the store has already said in its log that the database does not answer (a
+    # PostgreSQL outage is told once, when it starts): a loop that only retries need not
+    # say it again at each try.
+    logged = False
+
 
 class DatabaseGone(StoreError):
     """The database file this store opened is no longer at its path: nothing more is written,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from tenure._classify import describe
+from tenure._classify import describe, retry_log_level
 from tenure._errors import DatabaseGone
 from tenure._keeper import ROUND_OF_LEASE
 from tenure.store._base import WorkerInfo, WorkerRow
@@ -187,4 +187,4 @@ class Heartbeat:
         except DatabaseGone as exc:  # the worker stops on it and says so, in one line
             log.debug("%s: %s (%s)", self.worker.id, what, describe(exc))
         except Exception as exc:  # the next beat retries; a row left behind shows it dead
-            log.warning("%s: %s (%s)", self.worker.id, what, describe(exc))
+            log.log(retry_log_level(exc), "%s: %s (%s)", self.worker.id, what, describe(exc))

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from tenure._classify import describe
+from tenure._classify import describe, retry_log_level
 from tenure._types import RunStatus
 from tenure.store._base import Lease, Store
 
@@ -147,7 +147,7 @@ class Keeper:
             try:
                 self.run_once()
             except Exception as exc:  # the database is out of reach: the next round retries
-                log.warning("lease keeper: renewal failed (%s)", describe(exc))
+                log.log(retry_log_level(exc), "lease keeper: renewal failed (%s)", describe(exc))
             self._beat_all()
 
     def _beat_all(self) -> None:
@@ -157,7 +157,11 @@ class Keeper:
             try:
                 beat.beat_if_due()
             except Exception as exc:  # out of reach: the next round beats again
-                log.warning("lease keeper: a worker's heartbeat failed (%s)", describe(exc))
+                log.log(
+                    retry_log_level(exc),
+                    "lease keeper: a worker's heartbeat failed (%s)",
+                    describe(exc),
+                )
 
     def run_once(self) -> None:
         """One round: every renewable lease in one statement; the misses are lost."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from tenure import _loop
-from tenure._classify import describe
+from tenure._classify import describe, retry_log_level
 from tenure._completer import MAX_END_DELAY, Completer, claim_room
 from tenure._endings import Ending
 from tenure._errors import DatabaseGone, StoreError
@@ -394,7 +394,7 @@ class Worker:
             try:
                 report = self._reaper.run_once()
             except Exception as exc:
-                log.warning("reaper pass failed: %s", describe(exc))
+                log.log(retry_log_level(exc), "reaper pass failed: %s", describe(exc))
                 continue
             self.stats.reaped += report.requeued + report.dead_lettered
             if report.requeued:

@@ -120,6 +120,9 @@ class Runtime:
         self._deltas = DeltaPublisher(lambda: self.store)
         self._capacity = Capacity(lambda: self.store)
         self._store: Store | None = None
+        # Set by a one-shot command (`tenure runs`, from cron ...): how long it waits for a
+        # PostgreSQL server that does not answer before its one-line error (see open_store).
+        self._reach_seconds: float | None = None
         self._lock = threading.Lock()
         self._identity = f"run:{socket.gethostname()}:{os.getpid()}"
 
@@ -129,7 +132,7 @@ class Runtime:
     def store(self) -> Store:
         with self._lock:
             if self._store is None:
-                store = open_store(self.database_url)
+                store = open_store(self.database_url, reach_seconds=self._reach_seconds)
                 try:
                     store.migrate()
                 except BaseException:

@@ -79,9 +79,9 @@ class Cli:
         )
         return Result(done.returncode, done.stdout, done.stderr)
 
-    def popen(self, *args: str) -> subprocess.Popen[str]:
+    def popen(self, *args: str, database: bool = True) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            self.command(*args),
+            self.command(*args, database=database),
             cwd=self.cwd,
             env=self.env(),
             stdout=subprocess.PIPE,

@@ -140,16 +140,3 @@ def test_a_postgres_error_that_cannot_heal_fails_at_once_in_one_line(
     assert result.code == 1
     line = one_line_error(result)
     assert says in line and "unavailable for" not in line
-
-
-@pytest.mark.slow
-def test_a_postgres_error_that_can_heal_is_still_retried(cli: Cli) -> None:
-    from tests._postgres import free_port
-
-    # Nothing listens on the port: a server that is starting up looks like this.
-    url = f"postgresql://postgres@127.0.0.1:{free_port()}/tenure"
-    started = time.monotonic()
-    result = cli("--database", url, "runs", database=False, timeout=120)
-    assert result.code == 1
-    assert time.monotonic() - started > 20
-    assert "unavailable for 30s" in result.err.strip().splitlines()[-1]

@@ -29,6 +29,9 @@ _SHOWN = {"tools": "--tool", "queues": "--queue", "run_id": "RUN"}
 READ_ONLY = frozenset({"runs", "status", "events", "audit", "pending", "models", "workers"})
 # Commands that need nothing of the app but its database (no tool, no model, no setting).
 STORE_ONLY = frozenset({"runs", "status", "events", "workers"})
+# Commands that run until stopped, riding out a database outage; every other one gives up
+# on a PostgreSQL server that does not answer within seconds.
+LONG_RUNNING = frozenset({"worker", "serve"})
 
 
 def _check_text_arguments(args: argparse.Namespace) -> None:
@@ -57,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.database,
         existing=args.command in READ_ONLY,
         store_only=args.command in STORE_ONLY,
+        one_shot=args.command not in LONG_RUNNING,
     )
     try:
         _check_text_arguments(args)

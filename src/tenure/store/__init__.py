@@ -27,7 +27,11 @@ __all__ = [
 ]
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, reach_seconds: float | None = None) -> Store:
+    """The store at `url`. `reach_seconds` (PostgreSQL; a SQLite file has no server to wait
+    for): how long to wait for a server that has not answered yet before
+    `DatabaseUnavailable`, without a word in the log meanwhile; by default the whole retry
+    window, told in the log."""
     if url.startswith("sqlite:"):
         from tenure.store.sqlite import SQLiteStore
 
@@ -42,7 +46,7 @@ def open_store(url: str) -> Store:
             raise InvalidRequest(
                 f"PostgreSQL needs the postgres extra: pip install 'tenure[postgres]' ({exc})"
             ) from None
-        store: Store = PostgresStore(url)
+        store: Store = PostgresStore(url, reach_seconds=reach_seconds)
         return store
     raise InvalidRequest(
         f"unsupported database URL {url!r}: use sqlite:///FILE or postgresql://..."

@@ -1,13 +1,20 @@
 """PostgreSQL connections: URLs and their defaults, which errors can heal by waiting, how
-timestamps are loaded, and the dialect's named queries. No store logic."""
+an outage is told in the log, how timestamps are loaded, and the dialect's named queries. No
+store logic."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
 from psycopg.abc import AdaptContext
+from psycopg_pool import PoolTimeout
 
 from tenure._errors import InvalidRequest
 from tenure.store import _sql
@@ -19,6 +26,8 @@ Q = _sql.queries("postgres", now=NOW)
 
 URL_PREFIXES = ("postgresql://", "postgres://", "postgresql+psycopg://")
 APPLICATION_NAME = "tenure"
+# The name of every tenure connection pool: psycopg_pool's log lines about it carry it.
+POOL_NAME = "tenure"
 CONNECT_TIMEOUT_SECONDS = 5
 DEFAULT_POOL_MIN_SIZE = 1
 DEFAULT_POOL_MAX_SIZE = 10
@@ -29,6 +38,11 @@ RETRY_FIRST_DELAY = 0.05
 RETRY_MAX_DELAY = 2.0
 # Longest wait for a pooled connection in one attempt (the pool may be reconnecting).
 CHECKOUT_TIMEOUT_SECONDS = 5.0
+# The pool doubles the wait between its attempts to replace a lost connection (1 s, 2 s, 4 s
+# ...) for as long as this; then it gives the slot up, and the next checkout that finds no
+# connection starts again from 1 s. Without a bound a server back after a minute's outage
+# would wait about as long again for the pool's next attempt.
+POOL_RECONNECT_SECONDS = 4.0
 # An idle listener proves its connection alive this often (a silent network loss would
 # otherwise leave it waiting forever on a dead socket).
 LISTEN_HEALTH_SECONDS = 30.0
@@ -88,6 +102,16 @@ def is_permanent(exc: BaseException) -> bool:
     return any(words in message for words in _PERMANENT_MESSAGES)
 
 
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether a transient failure says that the server cannot be reached (a connection that
+    failed, was lost or was shut down, a pool with none to give), rather than that a
+    transaction lost a race (a deadlock, a serialization failure) on a server that answers."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    sqlstate = getattr(exc, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith(("08", "57P"))
+
+
 def one_line(exc: BaseException) -> str:
     """libpq's message (one line per address it tried) as one line, without repeats."""
     parts: list[str] = []
@@ -96,6 +120,104 @@ def one_line(exc: BaseException) -> str:
         if line and line not in parts:
             parts.append(line)
     return "; ".join(parts)
+
+
+log = logging.getLogger("tenure.store.postgres")
+
+
+class Reachability:
+    """Whether the server answers, told in the log once per change: one line when it stops
+    answering, one when it answers again. The attempts in between (a worker retries for as
+    long as an outage lasts) are logged at DEBUG only.
+
+    Both lines are warnings so that a log which shows an outage also shows its end."""
+
+    def __init__(self, where: Callable[[], str]) -> None:
+        self._where = where
+        self._lock = threading.Lock()
+        self._down_since: float | None = None
+
+    @property
+    def down(self) -> bool:
+        return self._down_since is not None
+
+    def lost(self, reason: Callable[[], str]) -> None:
+        """An attempt failed for want of the server (`reason` is asked only if it is news)."""
+        with self._lock:
+            if self._down_since is not None:
+                return
+            self._down_since = time.monotonic()
+        log.warning("%s unreachable (%s); retrying until it answers", self._where(), reason())
+
+    def answered(self, asked_at: float) -> None:
+        """An attempt begun at `asked_at` (monotonic) succeeded. One begun before the loss was
+        noticed proves nothing: it may have been answered just before the server went."""
+        if self._down_since is None:  # every operation comes here: no lock when all is well
+            return
+        with self._lock:
+            since = self._down_since
+            if since is None or asked_at <= since:
+                return
+            self._down_since = None
+        log.warning("%s reachable again after %.1fs", self._where(), time.monotonic() - since)
+
+
+class QuietPool(logging.Filter):
+    """psycopg_pool logs each failed attempt of its background reconnects, and each dead
+    connection it drops, as a warning of its own (two lines each, every second or so while a
+    server is down). For tenure's pools `Reachability` says it once per outage instead; these
+    go to tenure's log at DEBUG. Other pools in the process keep their lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not _about_our_pool(record):
+            return True
+        log.debug("pool: %s", record.getMessage())
+        return False
+
+
+# psycopg_pool's lines about reaching the server; any other of its warnings stays one.
+_POOL_CONNECTIVITY_LINES = (
+    "error connecting in",
+    "reconnection attempt in pool",
+    "discarding broken connection",
+    "discarding closed connection",
+)
+
+
+# Set while this thread checks a tenure pool's idle connections (an idle connection does not
+# name its pool).
+_checking = threading.local()
+
+
+@contextlib.contextmanager
+def checking_our_pool() -> Iterator[None]:
+    _checking.active = True
+    try:
+        yield
+    finally:
+        _checking.active = False
+
+
+def _about_our_pool(record: logging.LogRecord) -> bool:
+    if not str(record.msg).startswith(_POOL_CONNECTIVITY_LINES):
+        return False
+    if getattr(_checking, "active", False):
+        return True
+    args = record.args if isinstance(record.args, tuple) else ()
+    for arg in args:
+        if arg == POOL_NAME:
+            return True
+        pool = getattr(arg, "_pool", None)  # a psycopg connection names the pool it is in
+        if getattr(pool, "name", None) == POOL_NAME:
+            return True
+    return False
+
+
+def quiet_pool_log() -> None:
+    """Install `QuietPool` on psycopg_pool's logger, once per process."""
+    pool_log = logging.getLogger("psycopg.pool")
+    if not any(isinstance(f, QuietPool) for f in pool_log.filters):
+        pool_log.addFilter(QuietPool())
 
 
 class _CommitUnknown(Exception):

@@ -4,6 +4,7 @@ hears only its run; a reader has a connection of its own that does nothing but L
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import threading
@@ -14,6 +15,7 @@ from psycopg import sql
 
 from tenure.store import _sql
 from tenure.store._deltas import StoredDelta
+from tenure.store._pg_conn import Reachability, one_line
 
 log = logging.getLogger("tenure.store.postgres")
 Q = _sql.queries("postgres", now="clock_timestamp()")
@@ -38,8 +40,9 @@ class NotifyFeed:
     `take`; the deltas sent meanwhile are lost, which a reader survives (the call's `llm`
     event holds its whole text)."""
 
-    def __init__(self, conninfo: str, run_id: str) -> None:
+    def __init__(self, conninfo: str, run_id: str, reachability: Reachability) -> None:
         self._conninfo = conninfo
+        self._reachability = reachability
         self._listen = sql.SQL(Q["listen_deltas"]).format(channel=sql.Identifier(channel(run_id)))
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
@@ -67,7 +70,10 @@ class NotifyFeed:
                 for note in conn.notifies(timeout=0):
                     found.extend(_parsed(note.payload))
         except psycopg.Error as exc:
-            log.warning("delta listener connection lost (%s); listening again", exc)
+            # An outage is told once by the store (every follower of a dashboard would
+            # otherwise say it at each take).
+            self._reachability.lost(functools.partial(one_line, exc))
+            log.debug("delta listener connection lost (%s); listening again", exc)
             self._drop()
         finally:
             with self._lock:

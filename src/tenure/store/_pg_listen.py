@@ -4,6 +4,7 @@ connection of its own, and wakes its subscribers on every notification."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import select
@@ -21,6 +22,8 @@ from tenure.store._pg_conn import (
     LISTEN_RECONNECT_MAX_DELAY,
     RETRY_FIRST_DELAY,
     Q,
+    Reachability,
+    one_line,
 )
 
 log = logging.getLogger("tenure.store.postgres")
@@ -48,8 +51,9 @@ class Listening:
 class Listener:
     """One thread per store that LISTENs while anyone is subscribed."""
 
-    def __init__(self, conninfo: str) -> None:
+    def __init__(self, conninfo: str, reachability: Reachability) -> None:
         self.conninfo = pg_conninfo.make_conninfo(conninfo, **LISTEN_KEEPALIVES)
+        self._reachability = reachability
         self._wakes: dict[int, Callable[[], None]] = {}
         self._keys = itertools.count()
         self._lock = threading.Lock()
@@ -112,7 +116,10 @@ class Listener:
             except psycopg.Error as exc:
                 if life.stop.is_set():
                     break
-                log.warning("listener connection lost (%s); reconnecting in %.2fs", exc, delay)
+                # Told once per outage; that it is over, the store's next operation tells (a
+                # listener back while the pool still waits to reconnect would say it too soon).
+                self._reachability.lost(functools.partial(one_line, exc))
+                log.debug("listener connection lost (%s); reconnecting in %.2fs", exc, delay)
             finally:
                 life.listening.clear()
             life.stop.wait(delay)

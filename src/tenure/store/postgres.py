@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import random
 import threading
 import time
@@ -53,15 +54,21 @@ from tenure.store._pg_conn import (
     DEFAULT_POOL_MAX_SIZE,
     DEFAULT_POOL_MIN_SIZE,
     DEFAULT_RETRY_SECONDS,
+    POOL_NAME,
+    POOL_RECONNECT_SECONDS,
     PUBLISH_TIMEOUT_SECONDS,
     RETRY_FIRST_DELAY,
     RETRY_MAX_DELAY,
     Q,
+    Reachability,
     _CommitUnknown,
     _configure,
+    checking_our_pool,
     conninfo_from_url,
     is_permanent,
+    is_unreachable,
     one_line,
+    quiet_pool_log,
 )
 from tenure.store._pg_deltas import NotifyFeed, channel
 from tenure.store._pg_listen import Listener
@@ -89,10 +96,20 @@ class PostgresStore(SQLStore):
         pool_min_size: int = DEFAULT_POOL_MIN_SIZE,
         pool_max_size: int = DEFAULT_POOL_MAX_SIZE,
         retry_seconds: float = DEFAULT_RETRY_SECONDS,
+        reach_seconds: float | None = None,
     ) -> None:
+        """`retry_seconds`: how long an operation rides out a server that stops answering.
+        `reach_seconds`: how long one waits for a server that has not answered yet (default
+        `retry_seconds`). A caller that gives it (a one-shot command) hears of a server it
+        cannot reach from `DatabaseUnavailable` alone: those attempts are not in the log."""
         self.url = url
         self.conninfo = conninfo_from_url(url)
         self.retry_seconds = retry_seconds
+        self.reach_seconds = retry_seconds if reach_seconds is None else reach_seconds
+        self._quiet_reach = reach_seconds is not None
+        self._reached = False
+        self._reachability = Reachability(self._where)
+        quiet_pool_log()
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             self.conninfo,
             kwargs={"autocommit": True},
@@ -100,12 +117,13 @@ class PostgresStore(SQLStore):
             min_size=pool_min_size,
             max_size=pool_max_size,
             open=False,
-            name="tenure",
+            name=POOL_NAME,
+            reconnect_timeout=POOL_RECONNECT_SECONDS,
         )
         self._opened = False
         self._closed = False
         self._lock = threading.Lock()
-        self._listener = Listener(self.conninfo)
+        self._listener = Listener(self.conninfo, self._reachability)
 
     # -- connections ---------------------------------------------------------------------
 
@@ -115,23 +133,34 @@ class PostgresStore(SQLStore):
             if self._closed:
                 raise StoreError("the store is closed")
             if not self._opened:
-                self._first_connection()
+                self._first_connection(deadline)
                 self._pool.open(wait=False)
                 self._opened = True
         timeout = max(0.01, min(CHECKOUT_TIMEOUT_SECONDS, deadline - time.monotonic()))
         with self._pool.connection(timeout=timeout) as conn:
             yield conn
 
-    def _first_connection(self) -> None:
-        """Connect once before the pool does: the pool retries every failure in the background
-        and reports only a timeout, so an error that cannot heal would cost the whole retry
-        window and a warning per attempt before anyone heard of it."""
+    def _first_connection(self, deadline: float) -> None:
+        """Connect once before the pool does, and open the pool only once the server has
+        answered: the pool retries every failure in the background and reports only a
+        timeout, so an error that cannot heal would cost the whole retry window (and one that
+        can, libpq's words for it) before anyone heard of it. A failure that can heal goes to
+        the retry loop, which connects here again or gives up."""
         try:
-            psycopg.connect(self.conninfo).close()
+            psycopg.connect(self.conninfo, connect_timeout=self._connect_timeout(deadline)).close()
         except psycopg.OperationalError as exc:
             if is_permanent(exc):
                 raise DatabaseUnavailable(f"{self._where()}: {one_line(exc)}") from exc
-            # Anything else may heal (a server starting up): the pool's retries take over.
+            raise
+        self._reached = True
+
+    def _connect_timeout(self, deadline: float) -> int:
+        """A connection attempt ends by the deadline (libpq waits 2 s at least), or sooner if
+        the URL says so: a server that drops packets would otherwise hold a one-shot command
+        for the whole `connect_timeout`."""
+        left = max(2, math.ceil(deadline - time.monotonic()))
+        given = int(pg_conninfo.conninfo_to_dict(self.conninfo).get("connect_timeout") or 0)
+        return min(left, given) if given > 0 else left
 
     def close(self) -> None:
         with self._lock:
@@ -145,15 +174,19 @@ class PostgresStore(SQLStore):
 
     def _retrying(self, attempt: Callable[[float], T], what: str) -> T:
         """Run `attempt(deadline)` until it succeeds, a permanent error, or the deadline."""
-        deadline = time.monotonic() + self.retry_seconds
+        reaching = not self._reached
+        budget = self.reach_seconds if reaching else self.retry_seconds
+        deadline = time.monotonic() + budget
         delay = RETRY_FIRST_DELAY
         while True:
+            asked_at = time.monotonic()
             try:
-                return attempt(deadline)
+                result = attempt(deadline)
             except _CommitUnknown as unknown:
                 status = self._transaction_status(unknown.xid, deadline)
                 if status == "committed":
                     log.warning("%s: connection lost during COMMIT, which had applied", what)
+                    self._reachability.answered(asked_at)
                     return unknown.result  # type: ignore[no-any-return]
                 if status != "aborted":
                     raise DatabaseUnavailable(
@@ -164,20 +197,50 @@ class PostgresStore(SQLStore):
             except (psycopg.IntegrityError, psycopg.DataError) as exc:
                 raise StoreError(f"{self._where()} refused the {what}: {exc}") from exc
             except psycopg.OperationalError as exc:
-                if is_permanent(exc):
-                    raise DatabaseUnavailable(f"{self._where()}: {one_line(exc)}") from exc
-                cause = exc
-                self._drop_dead_connections()
+                cause = self._transient(exc)
             except psycopg.Error as exc:
                 raise StoreError(f"{self._where()}: {what} failed: {exc}") from exc
-            if time.monotonic() + delay >= deadline:
-                reason = self._diagnose() if isinstance(cause, PoolTimeout) else one_line(cause)
-                raise DatabaseUnavailable(
-                    f"{self._where()} unavailable for {self.retry_seconds:g}s: {reason}"
-                ) from cause
-            log.warning("%s failed transiently (%s); retrying in %.2fs", what, cause, delay)
-            time.sleep(delay)
+            else:
+                self._reachability.answered(asked_at)
+                return result
+            # The last try comes at the deadline, not a backoff step before it: "tried for
+            # 3s" means three seconds (a quick restart may end within the last one).
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._unavailable(cause, budget, reaching) from cause
+            self._retry_noted(cause, what, min(delay, left), reaching)
+            time.sleep(min(delay, left))
             delay = min(delay * 2, RETRY_MAX_DELAY)
+
+    def _transient(self, exc: psycopg.OperationalError) -> Exception:
+        """`exc`, if waiting can heal it; else DatabaseUnavailable at once."""
+        if is_permanent(exc):
+            raise DatabaseUnavailable(f"{self._where()}: {one_line(exc)}") from exc
+        self._drop_dead_connections()
+        return exc
+
+    def _retry_noted(self, cause: Exception, what: str, delay: float, reaching: bool) -> None:
+        """A transient failure, about to be retried: a server that does not answer is told
+        once per outage (`Reachability`), each try at DEBUG; a lost race (a deadlock, a
+        serialization failure) on a server that answers, once per try."""
+        if isinstance(cause, _CommitUnknown) or is_unreachable(cause):
+            if not (reaching and self._quiet_reach):
+                self._reachability.lost(lambda: self._reason(cause))
+            log.debug("%s failed (%s); retrying in %.2fs", what, one_line(cause), delay)
+        else:
+            log.warning("%s failed transiently (%s); retrying in %.2fs", what, cause, delay)
+
+    def _unavailable(self, cause: Exception, budget: float, reaching: bool) -> DatabaseUnavailable:
+        if reaching:
+            message = f"cannot reach {self._where()} (tried for {budget:g}s): {self._reason(cause)}"
+        else:
+            message = f"{self._where()} unavailable for {budget:g}s: {self._reason(cause)}"
+        error = DatabaseUnavailable(message)
+        error.logged = self._reachability.down
+        return error
+
+    def _reason(self, cause: Exception) -> str:
+        return self._diagnose() if isinstance(cause, PoolTimeout) else one_line(cause)
 
     def _diagnose(self) -> str:
         """Why the pool could not connect, in libpq's words (the pool only says it timed out)."""
@@ -190,7 +253,7 @@ class PostgresStore(SQLStore):
     def _drop_dead_connections(self) -> None:
         # After a server restart every idle pooled connection is dead; find them all now
         # rather than burning one retry on each.
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception), checking_our_pool():
             if self._opened:
                 self._pool.check()
 
@@ -366,7 +429,7 @@ class PostgresStore(SQLStore):
             conn.execute(Q["publish_delta"], params)
 
     def follow_deltas(self, run_id: str) -> DeltaFeed:
-        return NotifyFeed(self.conninfo, run_id)
+        return NotifyFeed(self.conninfo, run_id, self._reachability)
 
 
 def _request_only(run: NewRun) -> bool:
