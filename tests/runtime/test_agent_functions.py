@@ -771,3 +771,33 @@ def test_code_that_returns_before_a_write_in_doubt_is_nondeterministic(
     assert run is not None and run.error.startswith(
         "nondeterministic at step 0: the journal has an interrupted write"
     )
+
+
+def test_a_rate_limited_model_step_parks_the_run_and_the_replay_goes_on(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A 429 with Retry-After opens the model's circuit: the run is parked uncharged
+    (SPEC §17) and its next segment replays the steps before the model call."""
+    calls = Calls()
+    rt = make_runtime(lease_seconds=1.0)
+
+    @rt.agent
+    def limited(ctx: tenure.AgentContext) -> str:
+        ctx.step(lambda: calls.add("before"), name="before")
+        return ctx.model("hello").text or ""
+
+    script = [{"fail": "rate_limit", "retry_after": 0.6, "attempts": [0]}, {"say": "hi"}]
+    run_id = rt.enqueue(agent_request("limited", script))
+    parked = rt.run_queued(run_id)
+    assert parked is not None and parked.outcome is Outcome.REQUEUED, parked
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED and run.requeue_count == 0
+    assert [e.kind for e in rt.events(run_id)].count(EventKind.THROTTLED) == 1
+    deadline = time.monotonic() + 10
+    done = None
+    while done is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        done = rt.run_queued(run_id)
+    assert done is not None and done.outcome is Outcome.COMPLETED, done
+    assert json.loads(done.output or "") == "hi" and calls.counts == {"before": 1}
+    assert_audited(rt)

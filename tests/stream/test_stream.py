@@ -351,3 +351,34 @@ def _first_deltas(feed: Any) -> list[Any]:
     while not got and time.monotonic() < deadline:
         got += feed.take(0.1)
     return got + feed.take(0.2)
+
+
+def test_an_agent_functions_model_step_streams_like_the_built_in_loops(
+    db_url: str, fake: FakeOpenAI
+) -> None:
+    """`ctx.model` goes through the same model step: its text is published while it
+    arrives, and a reader in another process sees it grow before the `llm` event."""
+    rt = make_runtime(db_url, fake.url)
+
+    @rt.agent
+    def asker(ctx: tenure.AgentContext, question: str) -> str:
+        first = ctx.model(question, model=MODEL).text or ""
+        return first.upper()
+
+    try:
+        run_id = rt.enqueue(RunRequest(agent="asker", input={"question": "Where is c-42?"}))
+        reader = Reader(db_url, run_id)
+        result = rt.run_queued(run_id)
+        assert result is not None and result.outcome is Outcome.COMPLETED, result
+        items = reader.rest()
+    finally:
+        rt.close()
+    llm = next(i for i in items if i["kind"] == "llm")
+    assert llm["payload"]["position"] == 0 and llm["payload"]["step"] == "model"
+    pieces = deltas_of(items, llm["sequence"])
+    assert len(pieces) >= 10
+    text = llm["payload"]["message"]["content"]
+    assert "".join(pieces) == text and json.loads(result.output or "") == text.upper()
+    positions = [n for n, i in enumerate(items) if i["kind"] == "delta"]
+    assert max(positions) < items.index(llm)
+    assert leftover(db_url, run_id) == []
