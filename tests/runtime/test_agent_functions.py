@@ -801,3 +801,45 @@ def test_a_rate_limited_model_step_parks_the_run_and_the_replay_goes_on(
     assert done is not None and done.outcome is Outcome.COMPLETED, done
     assert json.loads(done.output or "") == "hi" and calls.counts == {"before": 1}
     assert_audited(rt)
+
+
+def test_a_nondeterministic_dead_letter_is_repaired_by_a_patched_branch_and_a_redrive(
+    make_runtime: MakeRuntime,
+) -> None:
+    calls = Calls()
+    old = make_runtime()
+
+    @old.agent(name="flow")
+    def flow_v1(ctx: tenure.AgentContext) -> str:
+        ctx.step(lambda: calls.add("notify"), name="notify", effect=WRITE)
+        if ctx.attempt == 0:
+            raise tenure.RetryableError("again", failure_class=FailureClass.SERVER_ERROR)
+        return "v1"
+
+    run_id = old.enqueue(RunRequest(agent="flow", input={}))
+    assert old.run_queued(run_id).outcome is Outcome.REQUEUED  # type: ignore[union-attr]
+    broken = make_runtime()
+
+    @broken.agent(name="flow")
+    def flow_v2(ctx: tenure.AgentContext) -> str:
+        ctx.uuid()  # a new first step: journals recorded before it no longer replay
+        ctx.step(lambda: calls.add("notify"), name="notify", effect=WRITE)
+        return "v2"
+
+    time.sleep(0.15)
+    assert broken.run_queued(run_id).outcome is Outcome.FAILED  # type: ignore[union-attr]
+    fixed = make_runtime()
+
+    @fixed.agent(name="flow")
+    def flow_v3(ctx: tenure.AgentContext) -> str:
+        if ctx.patched("uuid-first"):
+            ctx.uuid()
+        ctx.step(lambda: calls.add("notify"), name="notify", effect=WRITE)
+        return "v3"
+
+    assert fixed.redrive(run_id)
+    done = fixed.run_queued(run_id)
+    assert done is not None and done.outcome is Outcome.COMPLETED, done
+    assert json.loads(done.output or "") == "v3"
+    assert calls.counts == {"notify": 1}  # the write of the old journal was not repeated
+    assert_audited(fixed)
