@@ -360,3 +360,27 @@ def test_another_site_cannot_post_the_dashboards_forms(
         assert "cross-site form submissions are refused" in page.content()
     assert rt.status(seeded.dead).is_dead_letter  # type: ignore[union-attr]
     shot(page, "csrf_refused")
+
+
+def test_pause_and_resume_a_queue_from_the_queue_panel(
+    any_page: Any, any_rt: tenure.Runtime
+) -> None:
+    page, rt = any_page, any_rt
+    run_id = rt.enqueue(RunRequest(prompt="mail", queue="mail", script=[{"say": "sent"}]))
+    log_in(page)
+    page.goto("/")
+    row = page.locator("table.queues tr[data-queue='mail']")
+    assert "active" in row.locator("td.queue-state").inner_text()
+    row.locator("button[data-queue-action='pause']").click()
+    page.wait_for_url("**/?done=paused")
+    assert "Queue paused" in page.locator(".done").inner_text()
+    row = page.locator("table.queues tr[data-queue='mail']")
+    assert "paused" in row.locator("td.queue-state").inner_text()
+    assert [p.queue for p in rt.paused_queues()] == ["mail"]
+    assert rt.run_queued(run_id) is None  # no worker claims it now
+    shot(page, "queue_paused")
+    row.locator("button[data-queue-action='resume']").click()
+    page.wait_for_url("**/?done=resumed")
+    assert rt.paused_queues() == []
+    result = rt.run_queued(run_id)
+    assert result is not None and result.outcome is Outcome.COMPLETED

@@ -233,6 +233,9 @@ def test_queues_and_workers_in_the_api(any_client: TestClient, any_rt: tenure.Ru
             "running": 1,
             "waiting": 0,
             "oldest_ready_seconds": queues[0]["oldest_ready_seconds"],
+            "paused": False,
+            "paused_at": None,
+            "paused_by": None,
         }
     ]
     (worker,) = any_client.get("/api/workers", headers=AUTH).json()

@@ -354,6 +354,12 @@ def workers(ctx: Context, args: argparse.Namespace) -> int:
     return workers_command(ctx, args)
 
 
+def queues(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure.cli._queues import queues_command
+
+    return queues_command(ctx, args)
+
+
 def serve(ctx: Context, args: argparse.Namespace) -> int:
     from tenure.cli._serve import serve as run_server
 
@@ -378,5 +384,6 @@ HANDLERS = {
     "serve": serve,
     "crashtest": crashtest,
     "workers": workers,
+    "queues": queues,
     **human_handlers,
 }

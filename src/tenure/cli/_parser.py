@@ -307,6 +307,26 @@ def build(handlers: dict[str, Handler]) -> Parser:
     p.add_argument("--all", action="store_true", help="the stopped ones too")
     p.add_argument("--limit", type=limit_int, default=100, metavar="N", help="at most N workers")
     p.add_argument("--json", action="store_true", help="a JSON array of worker objects")
+    p = command(
+        "queues", "queues: paused or not, runs queued, running and waiting; pause or resume one"
+    )
+    p.add_argument("--json", action="store_true", help="a JSON array of queue objects")
+    actions = p.add_subparsers(dest="queue_action", metavar="ACTION", parser_class=Parser)
+    pause = actions.add_parser(
+        "pause",
+        help="workers claim no run of the queue until it is resumed (runs already running go on)",
+        description="workers claim no run of the queue until it is resumed (runs already "
+        "running go on); it still takes enqueues",
+    )
+    pause.add_argument("name", metavar="NAME", help="the queue")
+    pause.add_argument("--by", default="", metavar="WHO", help="who paused it (shown in listings)")
+    resume = actions.add_parser(
+        "resume",
+        help="workers claim the queue's runs again",
+        description="workers claim the queue's runs again",
+    )
+    resume.add_argument("name", metavar="NAME", help="the queue")
+
     p = command("models", "every model: its limits, calls in flight and circuit")
     p.add_argument("--json", action="store_true", help="a JSON array of model objects")
 

@@ -275,7 +275,8 @@ def leases(request: Request, caller: Reader) -> list[dict[str, Any]]:
 
 @router.get(
     "/queues",
-    summary="Per queue: runs queued (ready, backing off), running, waiting; the oldest ready wait",
+    summary="Per queue: paused or not; runs queued (ready, backing off), running, waiting; "
+    "the oldest ready wait",
 )
 def queues(request: Request, caller: Reader) -> list[dict[str, Any]]:
     web = web_of(request)
@@ -302,6 +303,29 @@ def enqueue(request: Request, caller: Writer, body: EnqueueBody) -> dict[str, An
     run_id = web.runtime.enqueue(RunRequest(**fields), delay=body.delay)
     audit.info("enqueue %s by %s (%s)", run_id, caller.actor, caller.via)
     return {"id": run_id}
+
+
+# A queue name may hold a slash: the path converter takes the whole rest of the path.
+QueueName = Annotated[str, Path(pattern=NAME_PATTERN, description="a queue's name")]
+
+
+@router.post(
+    "/queues/{queue:path}/pause",
+    summary="Pause a queue: workers claim none of its runs until it is resumed (runs already "
+    "running go on); audited",
+)
+def pause_queue(request: Request, queue: QueueName, caller: Writer) -> dict[str, Any]:
+    changed = web_of(request).pause_queue(queue, caller)
+    return {"queue": queue, "paused": True, "changed": changed}
+
+
+@router.post(
+    "/queues/{queue:path}/resume",
+    summary="Resume a paused queue: workers claim its runs again; audited",
+)
+def resume_queue(request: Request, queue: QueueName, caller: Writer) -> dict[str, Any]:
+    changed = web_of(request).resume_queue(queue, caller)
+    return {"queue": queue, "paused": False, "changed": changed}
 
 
 @router.post("/runs/{run_id}/cancel", summary="Cancel a run that has not ended")

@@ -17,7 +17,7 @@ from markupsafe import Markup, escape
 
 from tenure._heartbeat import WorkerState, worker_state
 from tenure._types import Run, RunStatus
-from tenure.store._base import WorkerRow
+from tenure.store._base import PausedQueue, WorkerRow
 
 SHORT_ID = 8
 FINISHED_MINUTES = 30
@@ -72,6 +72,8 @@ class QueueDepth:
     waiting: int = 0
     # How long the longest-waiting ready run has been claimable and not claimed.
     oldest_ready_seconds: float | None = None
+    # Paused by an operator: workers claim none of its runs (None: not paused).
+    paused: PausedQueue | None = None
 
     @property
     def queued(self) -> int:
@@ -86,15 +88,21 @@ class QueueDepth:
             "running": self.running,
             "waiting": self.waiting,
             "oldest_ready_seconds": self.oldest_ready_seconds,
+            "paused": self.paused is not None,
+            "paused_at": self.paused.paused_at.isoformat() if self.paused else None,
+            "paused_by": self.paused.paused_by if self.paused else None,
         }
 
 
 _WAITING = (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT)
 
 
-def queue_depths(runs: Iterable[Run], now: datetime) -> list[QueueDepth]:
-    """Per queue: runs queued (ready now, or backing off), running, waiting for a person."""
-    by_queue: dict[str, QueueDepth] = {}
+def queue_depths(
+    runs: Iterable[Run], now: datetime, paused: Sequence[PausedQueue] = ()
+) -> list[QueueDepth]:
+    """Per queue: runs queued (ready now, or backing off), running, waiting for a person;
+    whether it is paused. A paused queue is listed even with no run."""
+    by_queue: dict[str, QueueDepth] = {p.queue: QueueDepth(p.queue, paused=p) for p in paused}
     for run in runs:
         q = by_queue.setdefault(run.queue, QueueDepth(run.queue))
         if run.status is RunStatus.RUNNING:

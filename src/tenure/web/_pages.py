@@ -44,6 +44,8 @@ DONE = {
     "denied": "Denied: the run ends approval_denied.",
     "submitted": "Submitted: the run goes on with your values.",
     "reaped": "Reaper pass done.",
+    "paused": "Queue paused: workers claim none of its runs until it is resumed.",
+    "resumed": "Queue resumed: workers claim its runs again.",
     "login": "Logged in.",
 }
 
@@ -302,6 +304,37 @@ def cancel_form(
     caller = _operator(request, csrf)
     web_of(request).cancel(run_id, caller)
     return RedirectResponse(f"/runs/{quote(run_id)}?done=cancelled", status_code=303)
+
+
+# -- queues ------------------------------------------------------------------------------------
+
+
+def _queue_form(request: Request, csrf: str | None, queue: str, pause: bool) -> Response:
+    caller = _operator(request, csrf)
+    web = web_of(request)
+    if pause:
+        web.pause_queue(queue, caller)
+    else:
+        web.resume_queue(queue, caller)
+    return RedirectResponse(f"/?done={'paused' if pause else 'resumed'}", status_code=303)
+
+
+@router.post("/queues/pause")
+def pause_queue_form(
+    request: Request,
+    csrf: Annotated[str | None, Form()] = None,
+    queue: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    return _queue_form(request, csrf, queue, pause=True)
+
+
+@router.post("/queues/resume")
+def resume_queue_form(
+    request: Request,
+    csrf: Annotated[str | None, Form()] = None,
+    queue: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    return _queue_form(request, csrf, queue, pause=False)
 
 
 # -- dead letters and redrive ------------------------------------------------------------------

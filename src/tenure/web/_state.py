@@ -121,7 +121,7 @@ class Web:
         return [r for s in _ACTIVE for r in self.runtime.runs(s, limit=SCAN_LIMIT)]
 
     def queues(self, now: datetime) -> list[_overview.QueueDepth]:
-        return _overview.queue_depths(self.active_runs(), now)
+        return _overview.queue_depths(self.active_runs(), now, self.store.paused_queues())
 
     def workers(self, now: datetime) -> list[_overview.WorkerSeen]:
         running = self.runtime.runs(RunStatus.RUNNING, limit=SCAN_LIMIT)
@@ -196,6 +196,30 @@ class Web:
             run = self.run(run_id)
             raise Conflict(f"run {run_id} has already ended ({run.status}): nothing to cancel")
         audit.info("cancel %s by %s (%s)", run_id, caller.actor, caller.via)
+
+    def pause_queue(self, queue: str, caller: Caller) -> bool:
+        """Pause `queue` (False: it was paused already); audited either way."""
+        changed = self.runtime.pause_queue(queue, by=caller.actor)
+        audit.warning(
+            "pause queue %r by %s (%s)%s",
+            queue,
+            caller.actor,
+            caller.via,
+            "" if changed else ": already paused",
+        )
+        return changed
+
+    def resume_queue(self, queue: str, caller: Caller) -> bool:
+        """Resume `queue` (False: it was not paused); audited either way."""
+        changed = self.runtime.resume_queue(queue)
+        audit.warning(
+            "resume queue %r by %s (%s)%s",
+            queue,
+            caller.actor,
+            caller.via,
+            "" if changed else ": was not paused",
+        )
+        return changed
 
     def redrive(self, run_id: str, force: bool, caller: Caller) -> _views.RedrivePlan:
         plan = self.plan(run_id, reveal=False)
