@@ -440,8 +440,14 @@ class Runtime:
 
     # -- operating -----------------------------------------------------------------------
 
-    def cancel(self, run_id: str) -> bool:
-        return self.store.cancel(run_id)
+    def cancel(self, run_id: str, *, expected: RunStatus | str | None = None) -> bool:
+        """Cancel a run that has not ended; False if it has. With `expected`, only while it
+        is in that status (cancel what a listing showed queued, not a run claimed since)."""
+        try:
+            status = RunStatus(expected) if expected is not None else None
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        return self.store.cancel(run_id, status)
 
     def status(self, run_id: str) -> Run | None:
         return self.store.get_run(run_id)

@@ -384,3 +384,25 @@ def test_pause_and_resume_a_queue_from_the_queue_panel(
     assert rt.paused_queues() == []
     result = rt.run_queued(run_id)
     assert result is not None and result.outcome is Outcome.COMPLETED
+
+
+def test_cancel_every_run_a_filter_matches_after_its_count(
+    any_page: Any, any_rt: tenure.Runtime
+) -> None:
+    page, rt = any_page, any_rt
+    mail = rt.enqueue_many(
+        [RunRequest(prompt="m", queue="mail", script=[{"say": "x"}]) for _ in range(3)]
+    )
+    other = rt.enqueue(RunRequest(prompt="o", queue="other", script=[{"say": "x"}]))
+    log_in(page)
+    page.goto("/?status=queued&queue=mail")
+    page.click("a[data-bulk='cancel']")
+    page.wait_for_url("**/bulk?action=cancel*")
+    assert page.locator("#bulk-count b").inner_text() == "3"
+    assert {rt.status(i).status for i in mail} == {RunStatus.QUEUED}  # type: ignore[union-attr]
+    shot(page, "bulk_cancel_confirm")
+    page.click("#bulk-confirm button")
+    assert page.locator("#bulk-summary").inner_text().startswith("cancelled 3")
+    assert {rt.status(i).status for i in mail} == {RunStatus.CANCELLED}  # type: ignore[union-attr]
+    assert rt.status(other).status is RunStatus.QUEUED  # type: ignore[union-attr]
+    shot(page, "bulk_cancelled")

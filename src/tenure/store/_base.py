@@ -165,7 +165,9 @@ class Store(Protocol):
         claim is `claim`'s. A worker commits the ends of its finished runs and takes new
         ones with one commit. Raises if the transaction fails: then nothing applied."""
 
-    def cancel(self, run_id: str) -> bool: ...
+    def cancel(self, run_id: str, expected: RunStatus | None = None) -> bool:
+        """Cancel a run that has not ended; with `expected`, only while it is in that
+        status (a decision made on a listing is guarded by the status it read)."""
 
     def suspend(
         self,

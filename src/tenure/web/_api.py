@@ -115,6 +115,28 @@ class BulkRedriveBody(Text):
     queue: str | None = Field(None, pattern=NAME_PATTERN)
     limit: int = Field(100, ge=1, le=MAX_BULK_REDRIVE)
     dry_run: bool = False
+    expected: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_BULK_REDRIVE,
+        description="the count of a dry run that was confirmed: 409 if it differs now",
+    )
+
+
+ACTIVE_STATUS = Literal["queued", "running", "waiting_for_approval", "waiting_for_input"]
+
+
+class BulkCancelBody(Text):
+    status: ACTIVE_STATUS | None = Field(None, description="only runs in this status")
+    queue: str | None = Field(None, pattern=NAME_PATTERN)
+    limit: int = Field(100, ge=1, le=MAX_BULK_REDRIVE)
+    dry_run: bool = False
+    expected: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_BULK_REDRIVE,
+        description="the count of a dry run that was confirmed: 409 if it differs now",
+    )
 
 
 class DecisionBody(Text):
@@ -356,7 +378,21 @@ def redrive_many(
 ) -> dict[str, Any]:
     reason = TerminationReason(body.reason) if body.reason else None
     return web_of(request).redrive_many(
-        reason, body.queue, body.limit, caller, dry_run=body.dry_run
+        reason, body.queue, body.limit, caller, dry_run=body.dry_run, expected=body.expected
+    )
+
+
+@router.post(
+    "/cancel",
+    summary="Cancel in bulk the runs not yet ended a filter matches (capped; each by its own "
+    "guarded cancel; audited)",
+)
+def cancel_many(
+    request: Request, caller: Writer, body: Annotated[BulkCancelBody, Body()]
+) -> dict[str, Any]:
+    status = RunStatus(body.status) if body.status else None
+    return web_of(request).cancel_many(
+        status, body.queue, body.limit, caller, dry_run=body.dry_run, expected=body.expected
     )
 
 

@@ -29,7 +29,7 @@ from tenure.web._security import (
     Forbidden,
     Security,
 )
-from tenure.web._state import MAX_BULK_REDRIVE, Web, audit, web_of
+from tenure.web._state import MAX_BULK_REDRIVE, Conflict, Web, audit, web_of
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN)]
@@ -260,6 +260,8 @@ def runs_page(
         reveal=reveal,
         prompts=web.prompts(runs) if reveal else {},
         reveal_url="/?" + urlencode({**query, "q": search, "reveal": "true"}),
+        bulk=bulk_actions(s, r, queue or None) if not search else [],
+        bulk_query=urlencode(query),
         queues=web.queues(now),
         finished_chart=_overview.svg_bars(
             web.finished(now), title="runs finished per minute, by outcome"
@@ -304,6 +306,130 @@ def cancel_form(
     caller = _operator(request, csrf)
     web_of(request).cancel(run_id, caller)
     return RedirectResponse(f"/runs/{quote(run_id)}?done=cancelled", status_code=303)
+
+
+# -- bulk cancel and redrive of the runs a filter matches -----------------------------------
+
+
+def bulk_actions(
+    status: RunStatus | None, reason: TerminationReason | None, queue: str | None
+) -> list[str]:
+    """The bulk actions the runs list offers for its filters: cancel when it lists runs that
+    may not have ended (and something narrows it), redrive when it lists dead letters."""
+    actions = []
+    if reason is None and (status is None or not status.is_terminal) and (status or queue):
+        actions.append("cancel")
+    failed = status is RunStatus.FAILED or (status is None and reason is not None)
+    if failed and (reason is None or reason.is_dead_letter):
+        actions.append("redrive")
+    return actions
+
+
+def _bulk_plan(
+    web: Web,
+    caller: Caller,
+    action: str,
+    status: RunStatus | None,
+    reason: TerminationReason | None,
+    queue: str | None,
+) -> dict[str, Any]:
+    """What a bulk action would do now: a dry run."""
+    if action not in bulk_actions(status, reason, queue):
+        raise InvalidRequest(f"no bulk {action or 'action'} for this filter")
+    if action == "cancel":
+        plan = web.cancel_many(status, queue, MAX_BULK_REDRIVE, caller, dry_run=True)
+        return {"ids": plan["would_cancel"], "skipped": [], "more": plan["more"]}
+    plan = web.redrive_many(reason, queue, MAX_BULK_REDRIVE, caller, dry_run=True)
+    return {"ids": plan["would_redrive"], "skipped": plan["skipped_fenced"], "more": plan["more"]}
+
+
+def _bulk_confirm(
+    request: Request,
+    caller: Caller,
+    action: str,
+    status: str,
+    reason: str,
+    queue: str,
+    notice: str = "",
+    status_code: int = 200,
+) -> Response:
+    web = web_of(request)
+    s, r = _filter(status, RunStatus), _filter(reason, TerminationReason)
+    plan = _bulk_plan(web, caller, action, s, r, queue or None)
+    return render(
+        request,
+        "bulk_confirm.html",
+        status_code,
+        action=action,
+        plan=plan,
+        status=status,
+        reason=reason,
+        queue=queue,
+        notice=notice,
+        max_bulk=MAX_BULK_REDRIVE,
+        back="/?"
+        + urlencode(
+            {k: v for k, v in (("status", status), ("reason", reason), ("queue", queue)) if v}
+        ),
+    )
+
+
+@router.get("/bulk")
+def bulk_confirm_page(
+    request: Request,
+    action: Annotated[str, Query(max_length=20)] = "",
+    status: Annotated[str, Query(max_length=40)] = "",
+    reason: Annotated[str, Query(max_length=40)] = "",
+    queue: Annotated[str, Query(max_length=200)] = "",
+) -> Response:
+    caller = _reader(request)
+    if isinstance(caller, Response):
+        return caller
+    return _bulk_confirm(request, caller, action, status, reason, queue)
+
+
+@router.post("/bulk")
+def bulk_form(
+    request: Request,
+    csrf: Annotated[str | None, Form()] = None,
+    action: Annotated[str, Form(max_length=20)] = "",
+    status: Annotated[str, Form(max_length=40)] = "",
+    reason: Annotated[str, Form(max_length=40)] = "",
+    queue: Annotated[str, Form(max_length=200)] = "",
+    expected: Annotated[int, Form(ge=0, le=MAX_BULK_REDRIVE)] = 0,
+) -> Response:
+    caller = _operator(request, csrf)
+    web = web_of(request)
+    s, r = _filter(status, RunStatus), _filter(reason, TerminationReason)
+    if action not in bulk_actions(s, r, queue or None):
+        raise InvalidRequest(f"no bulk {action or 'action'} for this filter")
+    try:
+        if action == "cancel":
+            result = web.cancel_many(s, queue or None, MAX_BULK_REDRIVE, caller, expected=expected)
+            done, changed = result["cancelled"], result["changed"]
+            skipped: list[str] = []
+        else:
+            result = web.redrive_many(r, queue or None, MAX_BULK_REDRIVE, caller, expected=expected)
+            done, changed = result["redriven"], result["refused"]
+            skipped = result["skipped_fenced"]
+    except Conflict as exc:
+        # The runs that match moved since they were counted: count again, confirm again.
+        return _bulk_confirm(
+            request, caller, action, status, reason, queue, notice=str(exc.detail), status_code=409
+        )
+    return render(
+        request,
+        "bulk_done.html",
+        action=action,
+        acted=done,
+        changed=changed,
+        skipped=skipped,
+        more=result["more"],
+        back="/?"
+        + urlencode(
+            {k: v for k, v in (("status", status), ("reason", reason), ("queue", queue)) if v}
+        ),
+    )
 
 
 # -- queues ------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import HTTPException, Request
 
-from tenure import Run, RunStatus, Runtime, TerminationReason
+from tenure import Run, RunStatus, Runtime, TerminationReason, _bulk
 from tenure._types import DEAD_LETTER_REASONS, ToolEffect
 from tenure.store._base import Store
 from tenure.web import _overview, _views
@@ -239,6 +239,56 @@ class Web:
         )
         return plan
 
+    def cancel_many(
+        self,
+        status: RunStatus | None,
+        queue: str | None,
+        limit: int,
+        caller: Caller,
+        *,
+        dry_run: bool = False,
+        expected: int | None = None,
+    ) -> dict[str, Any]:
+        """Cancel up to `limit` runs not yet ended that the filter matches, each by its own
+        guarded cancel (only while still in the listed status, when one was named). With
+        `expected`, the count the operator confirmed: a different count now is a conflict,
+        and nothing is cancelled."""
+        f = _bulk.Filter(status, None, queue)
+        chosen = _bulk.select(self.store, "cancel", f, limit)
+        ids = [r.id for r in chosen.runs]
+        if expected is not None and len(ids) != expected:
+            raise Conflict(
+                f"{len(ids)} runs match ({f.describe()}) now, not the {expected} confirmed: "
+                "count again"
+            )
+        result: dict[str, Any] = {
+            "dry_run": dry_run,
+            "limit": limit,
+            "matched": len(ids),
+            "cancelled": [],
+            "would_cancel": ids if dry_run else [],
+            "changed": [],
+            "more": chosen.more,
+        }
+        if dry_run:
+            return result
+        done = _bulk.cancel_each(self.store, chosen)
+        result["cancelled"], result["changed"] = done.done, done.changed
+        audit.warning(
+            "bulk cancel by %s (%s), status=%s queue=%s limit=%d: cancelled %d %s; "
+            "changed meanwhile %d %s",
+            caller.actor,
+            caller.via,
+            status or "any",
+            queue or "any",
+            limit,
+            len(done.done),
+            done.done,
+            len(done.changed),
+            done.changed,
+        )
+        return result
+
     def redrive_many(
         self,
         reason: TerminationReason | None,
@@ -247,9 +297,24 @@ class Web:
         caller: Caller,
         *,
         dry_run: bool = False,
+        expected: int | None = None,
     ) -> dict[str, Any]:
         """Redrive up to `limit` dead-letters; runs whose non-idempotent fence stands are
-        skipped (each needs a person's look and a forced redrive of its own)."""
+        skipped (each needs a person's look and a forced redrive of its own). With
+        `expected`, the count of runs to redrive the operator confirmed: a different count
+        now is a conflict, and nothing is redriven."""
+        if expected is not None and not dry_run:
+            self._check_count(reason, queue, limit, caller, expected)
+        return self._redrive_many(reason, queue, limit, caller, dry_run)
+
+    def _redrive_many(
+        self,
+        reason: TerminationReason | None,
+        queue: str | None,
+        limit: int,
+        caller: Caller,
+        dry_run: bool,
+    ) -> dict[str, Any]:
         reasons = [reason] if reason else sorted(DEAD_LETTER_REASONS)
         redriven: list[str] = []
         fenced: list[str] = []
@@ -301,6 +366,21 @@ class Web:
                 refused,
             )
         return result
+
+    def _check_count(
+        self,
+        reason: TerminationReason | None,
+        queue: str | None,
+        limit: int,
+        caller: Caller,
+        expected: int,
+    ) -> None:
+        """The dead letters a bulk redrive would take now are as many as were confirmed."""
+        now = self._redrive_many(reason, queue, limit, caller, True)["would_redrive"]
+        if len(now) != expected:
+            raise Conflict(
+                f"{len(now)} dead letters to redrive now, not the {expected} confirmed: count again"
+            )
 
 
 def web_of(request: Request) -> Web:

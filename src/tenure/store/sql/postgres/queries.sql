@@ -302,12 +302,15 @@ RETURNING r.id, r.lease_token, r.last_sequence;
 
 -- name: cancel
 -- Any non-terminal run; the fence stays as evidence of a write that may have happened.
+-- With %(expected)s, only while the run is still in that status: a bulk cancel of the runs a
+-- listing found queued must not cancel one that a worker claimed since.
 UPDATE tenure_runs
    SET status = 'cancelled', termination_reason = 'cancelled', claimed_by = '',
        lease_expires = NULL, request = NULL, waiting = NULL, decision = NULL,
        wait_deadline = NULL, last_sequence = last_sequence + %(n)s,
        finished_at = {now}, updated_at = {now}
  WHERE id = %(id)s AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND (%(expected)s::text IS NULL OR status = %(expected)s::text)
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: held_by
