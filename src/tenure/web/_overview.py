@@ -60,6 +60,27 @@ def prompt_line(request: dict[str, Any] | None) -> str:
     return line if len(line) <= 100 else line[:99] + "…"
 
 
+def is_scheduled(run: Run, now: datetime) -> bool:
+    """A queued run that is not claimable yet because it was enqueued with a delay: it has
+    never been claimed and never failed. (A run waiting after a failure, a hand-back or a
+    park is backing off.)"""
+    return (
+        run.status is RunStatus.QUEUED
+        and run.available_at > now
+        and run.started_at is None
+        and run.requeue_count == 0
+        and not run.error_class
+    )
+
+
+def duration(run: Run, now: datetime) -> float | None:
+    """Seconds from its first claim to its end (to now while it has not ended)."""
+    if run.started_at is None:
+        return None
+    end = run.finished_at or (now if not run.status.is_terminal else None)
+    return None if end is None else max(0.0, (end - run.started_at).total_seconds())
+
+
 # -- queues ------------------------------------------------------------------------------------
 
 
@@ -68,6 +89,8 @@ class QueueDepth:
     queue: str
     ready: int = 0
     backing_off: int = 0
+    # Enqueued with a delay, not claimable yet (never claimed, never failed).
+    scheduled: int = 0
     running: int = 0
     waiting: int = 0
     # How long the longest-waiting ready run has been claimable and not claimed.
@@ -77,7 +100,7 @@ class QueueDepth:
 
     @property
     def queued(self) -> int:
-        return self.ready + self.backing_off
+        return self.ready + self.backing_off + self.scheduled
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -85,6 +108,7 @@ class QueueDepth:
             "queued": self.queued,
             "ready": self.ready,
             "backing_off": self.backing_off,
+            "scheduled": self.scheduled,
             "running": self.running,
             "waiting": self.waiting,
             "oldest_ready_seconds": self.oldest_ready_seconds,
@@ -100,7 +124,8 @@ _WAITING = (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT)
 def queue_depths(
     runs: Iterable[Run], now: datetime, paused: Sequence[PausedQueue] = ()
 ) -> list[QueueDepth]:
-    """Per queue: runs queued (ready now, or backing off), running, waiting for a person;
+    """Per queue: runs queued (ready now, backing off, or scheduled for later), running,
+    waiting for a person;
     whether it is paused. A paused queue is listed even with no run."""
     by_queue: dict[str, QueueDepth] = {p.queue: QueueDepth(p.queue, paused=p) for p in paused}
     for run in runs:
@@ -109,6 +134,8 @@ def queue_depths(
             q.running += 1
         elif run.status in _WAITING:
             q.waiting += 1
+        elif is_scheduled(run, now):
+            q.scheduled += 1
         elif run.status is RunStatus.QUEUED and run.available_at > now:
             q.backing_off += 1
         elif run.status is RunStatus.QUEUED:

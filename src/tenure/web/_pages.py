@@ -70,6 +70,8 @@ _env.filters["time"] = _time
 _env.filters["short_id"] = _overview.short_id
 _env.filters["span"] = _overview.span
 _env.globals["relative"] = _overview.relative
+_env.globals["scheduled"] = _overview.is_scheduled
+_env.globals["duration"] = _overview.duration
 _env.filters["ms"] = _ms
 _env.filters["pretty"] = lambda v: json.dumps(v, indent=1, default=str, ensure_ascii=False)
 
@@ -279,8 +281,13 @@ def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
     reveal = _reveal(request, caller, reveal)
     run = web.run(run_id)
     events = web.runtime.events(run_id)
+    now = web.store.now()
     backoff_until = run.available_at if run.status is RunStatus.QUEUED else None
-    if backoff_until is not None and backoff_until <= web.store.now():
+    if backoff_until is not None and backoff_until <= now:
+        backoff_until = None
+    # Enqueued with a delay: scheduled, not backing off after a failure.
+    scheduled_for = backoff_until if _overview.is_scheduled(run, now) else None
+    if scheduled_for is not None:
         backoff_until = None
     calls: list[_views.HeldCall] = []
     if web.hitl and run.status in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT):
@@ -293,6 +300,7 @@ def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
         steps=_views.timeline(events, reveal=reveal),
         last_sequence=events[-1].sequence if events else -1,
         backoff_until=backoff_until,
+        scheduled_for=scheduled_for,
         reveal=reveal,
         calls=calls,
         fields=_fields,
@@ -550,6 +558,7 @@ def bulk_redrive_form(
 # -- maintenance and leases --------------------------------------------------------------------
 
 
+@router.get("/workers")
 @router.get("/leases")
 def leases_page(request: Request) -> Response:
     caller = _reader(request)
