@@ -56,13 +56,14 @@ RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decis
 -- costs N²; the claimable index yields the oldest available rows first and stops at :limit.
 -- A run of a paused queue is passed over: the pause is read in this same statement, under
 -- the same lock, so a claim that starts after a pause committed takes nothing of its queue.
+-- NOT IN reads the paused queues once per statement; a correlated NOT EXISTS ran its
+-- subquery for every row passed over, which made passing a paused backlog 4-5 times dearer.
 UPDATE tenure_runs
 {_claim_set}
  WHERE id IN (SELECT id FROM tenure_runs INDEXED BY tenure_runs_claimable
                WHERE status = 'queued' AND available_at <= {now}
                  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
-                 AND NOT EXISTS (SELECT 1 FROM tenure_paused_queues p
-                                  WHERE p.queue = tenure_runs.queue)
+                 AND queue NOT IN (SELECT queue FROM tenure_paused_queues)
                ORDER BY available_at
                LIMIT :limit)
 {_claim_returning};
