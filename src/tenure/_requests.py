@@ -146,6 +146,9 @@ def check_text(name: str, value: str) -> None:
         raise InvalidRequest(f"{name} is not valid UTF-8 text (a lone surrogate)") from None
 
 
+# The longest queue name (both stores hold it as text; the API takes at most this).
+MAX_QUEUE_NAME = 200
+
 _INT64 = range(-(2**63), 2**63)
 
 
@@ -208,8 +211,10 @@ def _check_names(r: RunRequest) -> None:
         raise InvalidRequest("tools must be a list of tool names")
     if len(set(r.tools)) != len(r.tools):
         raise InvalidRequest("tools lists a tool twice")
-    if not isinstance(r.queue, str) or not r.queue or len(r.queue) > 200:
-        raise InvalidRequest("queue must be a non-empty string of at most 200 characters")
+    if not isinstance(r.queue, str) or not r.queue or len(r.queue) > MAX_QUEUE_NAME:
+        raise InvalidRequest(
+            f"queue must be a non-empty string of at most {MAX_QUEUE_NAME} characters"
+        )
     if r.idempotency_key is not None and (
         not isinstance(r.idempotency_key, str) or not r.idempotency_key
     ):

@@ -41,7 +41,8 @@ from tenure.providers._awaited import Awaited
 from tenure.providers._base import AsyncProvider, Provider
 from tenure.providers.scripted import Scripted
 from tenure.store import open_store
-from tenure.store._base import Claimed, ModelState, NewEvent, NewRun, Store
+from tenure.store._base import Claimed, ModelState, NewEvent, NewRun, PausedQueue, Store
+from tenure.store._records import QueueState
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DATABASE_URL = "sqlite:///tenure.db"
@@ -515,8 +516,14 @@ class Runtime:
 
     # -- operating -----------------------------------------------------------------------
 
-    def cancel(self, run_id: str) -> bool:
-        return self.store.cancel(run_id)
+    def cancel(self, run_id: str, *, expected: RunStatus | str | None = None) -> bool:
+        """Cancel a run that has not ended; False if it has. With `expected`, only while it
+        is in that status (cancel what a listing showed queued, not a run claimed since)."""
+        try:
+            status = RunStatus(expected) if expected is not None else None
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        return self.store.cancel(run_id, status)
 
     def status(self, run_id: str) -> Run | None:
         return self.store.get_run(run_id)
@@ -551,6 +558,51 @@ class Runtime:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidRequest(f"limit must be a positive whole number, got {limit!r}")
         return self.store.runs(status, reason, queue, limit)
+
+    @staticmethod
+    def _queue_name(queue: str) -> str:
+        if not isinstance(queue, str) or not queue or len(queue) > _requests.MAX_QUEUE_NAME:
+            raise InvalidRequest(
+                f"queue must be a non-empty string of at most {_requests.MAX_QUEUE_NAME} "
+                f"characters, got {queue!r}"
+            )
+        _requests.check_text("queue", queue)
+        return queue
+
+    def pause_queue(self, queue: str, *, by: str = "") -> bool:
+        """Stop every worker claiming runs of `queue` (enforced by the claim itself, in the
+        database); runs already claimed go on to their end, and the queue still takes
+        enqueues. False when it was paused already. A queue may be paused before it has any
+        run."""
+        if not isinstance(by, str):
+            raise InvalidRequest(f"by must be a string, got {by!r}")
+        _requests.check_text("by", by)
+        return self.store.pause_queue(self._queue_name(queue), by)
+
+    def resume_queue(self, queue: str) -> bool:
+        """Workers claim the runs of `queue` again; False when it was not paused."""
+        return self.store.resume_queue(self._queue_name(queue))
+
+    def paused_queues(self) -> list[PausedQueue]:
+        return self.store.paused_queues()
+
+    def queues(self) -> list[QueueState]:
+        """Every queue that is paused or has runs not yet ended, by name: paused or not,
+        and its runs queued, running and waiting for a person."""
+        counts = self.store.queue_counts()
+        paused = {p.queue: p for p in self.store.paused_queues()}
+        names = sorted({q for q, _ in counts} | set(paused))
+        waiting = (str(RunStatus.WAITING_FOR_APPROVAL), str(RunStatus.WAITING_FOR_INPUT))
+        return [
+            QueueState(
+                name,
+                paused.get(name),
+                queued=counts.get((name, str(RunStatus.QUEUED)), 0),
+                running=counts.get((name, str(RunStatus.RUNNING)), 0),
+                waiting=sum(counts.get((name, w), 0) for w in waiting),
+            )
+            for name in names
+        ]
 
     def models(self) -> list[ModelState]:
         """Every model's shared capacity and circuit (SPEC §17): those this database has a

@@ -66,8 +66,14 @@ class Cli:
         return {**env, **extra}
 
     def __call__(
-        self, *args: str, database: bool = True, timeout: float = 60, **env: str
+        self,
+        *args: str,
+        database: bool = True,
+        timeout: float = 60,
+        input: str | None = None,
+        **env: str,
     ) -> Result:
+        """Run the command; `input` is what it reads on standard input (none: nothing)."""
         done = subprocess.run(
             self.command(*args, database=database),
             cwd=self.cwd,
@@ -75,7 +81,7 @@ class Cli:
             capture_output=True,
             text=True,
             timeout=timeout,
-            stdin=subprocess.DEVNULL,
+            input=input if input is not None else "",
         )
         return Result(done.returncode, done.stdout, done.stderr)
 

@@ -189,6 +189,32 @@ def test_the_claim_uses_the_partial_index_however_many_runs_are_finished(
     assert len(pg.claim("worker:a", None, 30, 10)) == 5
 
 
+def test_the_claim_uses_the_partial_index_while_queues_are_paused(
+    pg: PostgresStore, pg_url: str
+) -> None:
+    """The check of paused queues filters the scan of the claimable index; it must not make
+    the planner sort every queued run at each claim instead."""
+    sql(
+        pg_url,
+        "INSERT INTO tenure_runs (id, queue, status, termination_reason, available_at, "
+        "created_at, finished_at, updated_at) "
+        "SELECT 'done-' || i, 'default', 'completed', 'completed', now(), now(), now(), now() "
+        "FROM generate_series(1, %(n)s) AS i",
+        {"n": FINISHED_RUNS},
+    )
+    for _ in range(5):
+        enqueue(pg)
+    for queue in ("mail", "reports"):
+        assert pg.pause_queue(queue)
+    sql(pg_url, "ANALYZE tenure_runs")
+    sql(pg_url, "ANALYZE tenure_paused_queues")
+    plan = explain_claim(pg_url)
+    assert "tenure_runs_claimable" in plan, plan
+    assert "Sort" not in plan, plan
+    assert "Seq Scan on tenure_runs" not in plan, plan
+    assert len(pg.claim("worker:a", None, 30, 10)) == 5
+
+
 def test_heartbeats_are_hot_updates(pg: PostgresStore, pg_url: str) -> None:
     run_id = enqueue(pg)
     lease = claim_one(pg).lease

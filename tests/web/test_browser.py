@@ -401,3 +401,83 @@ def test_another_site_cannot_post_the_dashboards_forms(
         assert "cross-site form submissions are refused" in page.content()
     assert rt.status(seeded.dead).is_dead_letter  # type: ignore[union-attr]
     shot(page, "csrf_refused")
+
+
+def test_pause_and_resume_a_queue_from_the_queue_panel(
+    any_page: Any, any_rt: tenure.Runtime
+) -> None:
+    page, rt = any_page, any_rt
+    run_id = rt.enqueue(RunRequest(prompt="mail", queue="mail", script=[{"say": "sent"}]))
+    log_in(page)
+    page.goto("/")
+    row = page.locator("table.queues tr[data-queue='mail']")
+    assert "active" in row.locator("td.queue-state").inner_text()
+    row.locator("button[data-queue-action='pause']").click()
+    page.wait_for_url("**/?done=paused")
+    assert "Queue paused" in page.locator(".done").inner_text()
+    row = page.locator("table.queues tr[data-queue='mail']")
+    assert "paused" in row.locator("td.queue-state").inner_text()
+    assert [p.queue for p in rt.paused_queues()] == ["mail"]
+    assert rt.run_queued(run_id) is None  # no worker claims it now
+    shot(page, "queue_paused")
+    row.locator("button[data-queue-action='resume']").click()
+    page.wait_for_url("**/?done=resumed")
+    assert rt.paused_queues() == []
+    result = rt.run_queued(run_id)
+    assert result is not None and result.outcome is Outcome.COMPLETED
+
+
+def test_cancel_every_run_a_filter_matches_after_its_count(
+    any_page: Any, any_rt: tenure.Runtime
+) -> None:
+    page, rt = any_page, any_rt
+    mail = rt.enqueue_many(
+        [RunRequest(prompt="m", queue="mail", script=[{"say": "x"}]) for _ in range(3)]
+    )
+    other = rt.enqueue(RunRequest(prompt="o", queue="other", script=[{"say": "x"}]))
+    log_in(page)
+    page.goto("/?status=queued&queue=mail")
+    page.click("a[data-bulk='cancel']")
+    page.wait_for_url("**/bulk?action=cancel*")
+    assert page.locator("#bulk-count b").inner_text() == "3"
+    assert {rt.status(i).status for i in mail} == {RunStatus.QUEUED}  # type: ignore[union-attr]
+    shot(page, "bulk_cancel_confirm")
+    page.click("#bulk-confirm button")
+    assert page.locator("#bulk-summary").inner_text().startswith("cancelled 3")
+    assert {rt.status(i).status for i in mail} == {RunStatus.CANCELLED}  # type: ignore[union-attr]
+    assert rt.status(other).status is RunStatus.QUEUED  # type: ignore[union-attr]
+    shot(page, "bulk_cancelled")
+
+
+def test_the_workers_page_is_titled_workers(page: Any, rt: tenure.Runtime) -> None:
+    log_in(page)
+    page.goto("/")
+    page.click("header nav a:has-text('Workers')")
+    page.wait_for_url("**/workers")
+    assert page.title() == "Workers · tenure"
+    assert page.locator("header nav a.here").inner_text() == "Workers"
+    assert page.locator("section.workers h2").inner_text() == "Workers"
+    page.goto("/leases")  # the old address still serves it
+    assert page.title() == "Workers · tenure"
+
+
+def test_the_runs_list_says_scheduled_and_shows_tokens_and_cost(
+    any_page: Any, any_rt: tenure.Runtime
+) -> None:
+    page, rt = any_page, any_rt
+    delayed = rt.enqueue(RunRequest(prompt="later", script=[{"say": "x"}]), delay=3600)
+    done = rt.enqueue(RunRequest(prompt="now", script=[{"say": "x"}]))
+    (claimed,) = rt.store.claim("worker:h:1:1", None, 60, 1)
+    assert claimed.lease.run_id == done
+    usage = tenure.Usage(input_tokens=100, output_tokens=20, cost=0.5)
+    assert rt.store.record_step(claimed.lease, 60, [], usage) is not None
+    log_in(page)
+    page.goto("/")
+    timing = page.locator(f"tr[data-run='{delayed}'] td.timing").inner_text()
+    assert timing.startswith("scheduled in 59m") and "next attempt" not in timing
+    row = page.locator(f"tr[data-run='{done}']")
+    assert row.locator("td.tokens").inner_text() == "120"
+    assert row.locator("td.cost").inner_text() == "0.5000"
+    assert row.locator("td.duration").inner_text().endswith("s")
+    assert page.locator("tr[data-queue='default'] td.scheduled").inner_text() == "1"
+    shot(page, f"runs_columns_{'sqlite' if rt.database_url.startswith('sqlite') else 'pg'}")

@@ -110,7 +110,7 @@ def test_prompt_column_reveal_and_the_timing_columns(any_page: Any, any_rt: tenu
     completed = page.locator(f"tr[data-run='{seeded.completed}'] td.prompt")
     assert completed.inner_text() == "hidden"
     later = page.locator(f"tr[data-run='{seeded.queued}'] td.timing")
-    assert later.inner_text().startswith("next attempt in 59m")
+    assert later.inner_text().startswith("scheduled in 59m")  # enqueued with a delay
     page.click("text=reveal prompts")
     page.wait_for_url("**reveal=true")
     completed = page.locator(f"tr[data-run='{seeded.completed}'] td.prompt")

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import tenure
-from tenure import RunRequest
+from tenure import FailureClass, RunRequest, Usage
 from tenure.web import _overview, _state, create_app
 
 from .conftest import AUTH, SECRET, TOKEN, login, make_runtime, seed
@@ -95,9 +95,45 @@ def test_running_for_next_attempt_and_relative_times(
     html = any_client.get("/").text
     row = _row(html, running)
     assert "running for 0s" in row or "running for 1s" in row
-    later = _row(html, seeded.queued)  # enqueued with a delay of an hour
-    assert re.search(r"next attempt <span class=\"when\"[^>]*>in 59m \d+s</span>", later), later
+    later = _row(html, seeded.queued)  # enqueued with a delay of an hour: scheduled
+    assert re.search(r"scheduled <span class=\"when\"[^>]*>in 59m \d+s</span>", later), later
+    assert "next attempt" not in later
     assert re.search(r">(now|\d+s ago)</span> <span class=\"abs\">\d{4}-\d\d-\d\d ", later), later
+
+
+def test_a_run_that_failed_backs_off_and_a_delayed_one_is_scheduled(
+    any_client: TestClient, any_rt: tenure.Runtime
+) -> None:
+    delayed = any_rt.enqueue(_request(queue="later"), delay=3600)
+    failed = any_rt.enqueue(_request(queue="later"))
+    (claimed,) = any_rt.store.claim("worker:host-a:1:1", None, 60, 1)
+    assert claimed.lease.run_id == failed
+    assert any_rt.store.requeue(claimed.lease, 3600, FailureClass.SERVER_ERROR, "500")
+    login(any_client)
+    html = any_client.get("/").text
+    assert "next attempt <span" in _row(html, failed)
+    assert "scheduled <span" in _row(html, delayed)
+    (queue,) = any_client.get("/api/queues", headers=AUTH).json()
+    assert (queue["queued"], queue["backing_off"], queue["scheduled"]) == (2, 1, 1)
+    delayed_page = any_client.get(f"/runs/{delayed}").text
+    assert "scheduled for" in delayed_page and "backoff until" not in delayed_page
+    failed_page = any_client.get(f"/runs/{failed}").text
+    assert "backoff until" in failed_page and "scheduled for" not in failed_page
+
+
+def test_the_runs_list_shows_duration_tokens_and_cost(
+    any_client: TestClient, any_rt: tenure.Runtime
+) -> None:
+    run_id = any_rt.enqueue(_request())
+    (claimed,) = any_rt.store.claim("worker:host-a:1:1", None, 60, 1)
+    usage = Usage(input_tokens=1200, output_tokens=34, cost=0.0125)
+    assert any_rt.store.record_step(claimed.lease, 60, [], usage) is not None
+    login(any_client)
+    row = _row(any_client.get("/").text, run_id)
+    cells = dict(re.findall(r'<td class="small (duration|tokens|cost)"[^>]*>(.*?)</td>', row))
+    assert re.fullmatch(r"\d+s", cells["duration"]), cells
+    assert cells["tokens"] == "1234" and cells["cost"] == "0.0125"
+    assert 'title="1200 in / 34 out"' in row
 
 
 def _row(html: str, run_id: str) -> str:
@@ -118,10 +154,11 @@ def test_queue_panel_depth_and_oldest_ready_age(
     reports = re.search(r'<tr data-queue="reports">(.*?)</tr>', html, re.S)
     assert emails and reports
     cells = re.findall(r"<td[^>]*>(.*?)</td>", emails.group(1))
-    assert cells[1:4] == ["3", "3", "0"]
-    assert re.fullmatch(r"[1-9]\d*s", cells[4]), cells
+    assert cells[1:5] == ["3", "3", "0", "0"]
+    assert re.fullmatch(r"[1-9]\d*s", cells[5]), cells
     cells = re.findall(r"<td[^>]*>(.*?)</td>", reports.group(1))
-    assert cells[1:5] == ["1", "0", "1", ""]
+    # Enqueued with a delay: scheduled, not backing off.
+    assert cells[1:6] == ["1", "0", "0", "1", ""]
 
 
 def test_workers_seen_through_their_leases(any_client: TestClient, any_rt: tenure.Runtime) -> None:
@@ -230,9 +267,13 @@ def test_queues_and_workers_in_the_api(any_client: TestClient, any_rt: tenure.Ru
             "queued": 1,
             "ready": 1,
             "backing_off": 0,
+            "scheduled": 0,
             "running": 1,
             "waiting": 0,
             "oldest_ready_seconds": queues[0]["oldest_ready_seconds"],
+            "paused": False,
+            "paused_at": None,
+            "paused_by": None,
         }
     ]
     (worker,) = any_client.get("/api/workers", headers=AUTH).json()

@@ -31,7 +31,8 @@ def test_cancel_form_and_the_run_page(
 ) -> None:
     csrf = login(client)
     page = client.get(f"/runs/{seeded.queued}")
-    assert "backoff until" in page.text  # enqueued with a delay: not claimable yet
+    assert "scheduled for" in page.text  # enqueued with a delay: not claimable yet
+    assert "backoff until" not in page.text  # and not backing off after a failure
     assert "cancel run" in page.text
     done = client.post(f"/runs/{seeded.queued}/cancel", data={"csrf": csrf})
     assert done.status_code == 200 and "Cancelled." in done.text

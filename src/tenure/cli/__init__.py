@@ -23,12 +23,14 @@ __all__ = ["main"]
 
 # Options that name a file: any bytes the file system allows.
 _PATH_OPTIONS = frozenset({"script", "ledger", "values", "scenarios"})
-_SHOWN = {"tools": "--tool", "queues": "--queue", "run_id": "RUN"}
+_SHOWN = {"tools": "--tool", "queues": "--queue", "run_id": "RUN", "name": "NAME"}
 # Commands that only read: on SQLite, a file that is not there is a mistake, not a new
 # database. (`serve` checks it too, after its own usage checks.)
-READ_ONLY = frozenset({"runs", "status", "events", "audit", "pending", "models", "workers"})
+READ_ONLY = frozenset(
+    {"runs", "status", "events", "audit", "pending", "models", "workers", "queues"}
+)
 # Commands that need nothing of the app but its database (no tool, no model, no setting).
-STORE_ONLY = frozenset({"runs", "status", "events", "workers"})
+STORE_ONLY = frozenset({"runs", "status", "events", "workers", "queues"})
 # Commands that run until stopped, riding out a database outage; every other one gives up
 # on a PostgreSQL server that does not answer within seconds.
 LONG_RUNNING = frozenset({"worker", "serve"})

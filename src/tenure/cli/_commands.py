@@ -210,6 +210,13 @@ def events(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cancel(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure.cli._bulk import bulk_cancel, bulk_filter
+
+    f = bulk_filter(args)
+    if f is not None:
+        return bulk_cancel(ctx, f, args.yes)
+    if not args.run_id:
+        raise UsageError("name a RUN, or filter with --status, --queue")
     app = ctx.app
     if app.cancel(args.run_id):
         out.print(f"cancelled {args.run_id}")
@@ -290,12 +297,19 @@ def _redrive_pages(app: Runtime, tick: Callable[[], None]) -> int:
 
 
 def redrive(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure.cli._bulk import bulk_filter, bulk_redrive
+
+    f = bulk_filter(args)
     if args.all_dead_letters:
-        if args.run_id or args.force:
-            raise UsageError("--all-dead-letters takes no RUN and no --force")
+        if args.run_id or args.force or f is not None:
+            raise UsageError("--all-dead-letters takes no RUN, no filter and no --force")
         return _redrive_all(ctx.app)
+    if f is not None:
+        if args.force:
+            raise UsageError("a filtered redrive takes no --force: redrive each fenced run alone")
+        return bulk_redrive(ctx, f, args.yes)
     if not args.run_id:
-        raise UsageError("name a RUN, or use --all-dead-letters")
+        raise UsageError("name a RUN, filter with --reason, --queue, or use --all-dead-letters")
     return _redrive_one(ctx.app, args.run_id, args.force)
 
 
@@ -354,6 +368,12 @@ def workers(ctx: Context, args: argparse.Namespace) -> int:
     return workers_command(ctx, args)
 
 
+def queues(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure.cli._queues import queues_command
+
+    return queues_command(ctx, args)
+
+
 def serve(ctx: Context, args: argparse.Namespace) -> int:
     from tenure.cli._serve import serve as run_server
 
@@ -378,5 +398,6 @@ HANDLERS = {
     "serve": serve,
     "crashtest": crashtest,
     "workers": workers,
+    "queues": queues,
     **human_handlers,
 }

@@ -202,6 +202,31 @@ def _request_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _filter_options(p: argparse.ArgumentParser, what: str = "only runs") -> None:
+    p.add_argument(
+        "--status",
+        choices=[s.value for s in RunStatus],
+        metavar="S",
+        help=f"{what} in this status: " + ", ".join(s.value for s in RunStatus),
+    )
+    p.add_argument(
+        "--reason",
+        choices=[r.value for r in TerminationReason],
+        metavar="R",
+        help=f"{what} that ended for this reason: " + ", ".join(r.value for r in TerminationReason),
+    )
+    p.add_argument("--queue", metavar="Q", help=f"{what} of this queue")
+
+
+def _bulk_options(p: argparse.ArgumentParser, action: str) -> None:
+    _filter_options(p, f"{action} every run")
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help=f"{action} the runs the filter matches without asking",
+    )
+
+
 def build(handlers: dict[str, Handler]) -> Parser:
     parser = Parser(
         prog="tenure",
@@ -286,20 +311,7 @@ def build(handlers: dict[str, Handler]) -> Parser:
     p.add_argument("--limit", type=limit_int, default=50, metavar="N", help="runs looked at")
 
     p = command("runs", "a table of runs, newest first")
-    p.add_argument(
-        "--status",
-        choices=[s.value for s in RunStatus],
-        metavar="S",
-        help="only runs in this status: " + ", ".join(s.value for s in RunStatus),
-    )
-    p.add_argument(
-        "--reason",
-        choices=[r.value for r in TerminationReason],
-        metavar="R",
-        help="only runs that ended for this reason: "
-        + ", ".join(r.value for r in TerminationReason),
-    )
-    p.add_argument("--queue", metavar="Q", help="only runs of this queue")
+    _filter_options(p)
     p.add_argument("--limit", type=limit_int, default=100, metavar="N", help="at most N runs")
     p.add_argument("--json", action="store_true", help="a JSON array of run objects")
 
@@ -307,6 +319,26 @@ def build(handlers: dict[str, Handler]) -> Parser:
     p.add_argument("--all", action="store_true", help="the stopped ones too")
     p.add_argument("--limit", type=limit_int, default=100, metavar="N", help="at most N workers")
     p.add_argument("--json", action="store_true", help="a JSON array of worker objects")
+    p = command(
+        "queues", "queues: paused or not, runs queued, running and waiting; pause or resume one"
+    )
+    p.add_argument("--json", action="store_true", help="a JSON array of queue objects")
+    actions = p.add_subparsers(dest="queue_action", metavar="ACTION", parser_class=Parser)
+    pause = actions.add_parser(
+        "pause",
+        help="workers claim no run of the queue until it is resumed (runs already running go on)",
+        description="workers claim no run of the queue until it is resumed (runs already "
+        "running go on); it still takes enqueues",
+    )
+    pause.add_argument("name", metavar="NAME", help="the queue")
+    pause.add_argument("--by", default="", metavar="WHO", help="who paused it (shown in listings)")
+    resume = actions.add_parser(
+        "resume",
+        help="workers claim the queue's runs again",
+        description="workers claim the queue's runs again",
+    )
+    resume.add_argument("name", metavar="NAME", help="the queue")
+
     p = command("models", "every model: its limits, calls in flight and circuit")
     p.add_argument("--json", action="store_true", help="a JSON array of model objects")
 
@@ -326,11 +358,21 @@ def build(handlers: dict[str, Handler]) -> Parser:
         help="a JSON array of event objects (with --follow: one JSON object per line)",
     )
 
-    p = command("cancel", "cancel a run that has not ended")
-    p.add_argument("run_id", metavar="RUN", help="the run's id")
-
-    p = command("redrive", "send a dead-lettered run back to the queue with a fresh budget")
+    p = command(
+        "cancel",
+        "cancel a run that has not ended, or every run a filter matches (--status, --queue): "
+        "prints the count and asks first",
+    )
     p.add_argument("run_id", metavar="RUN", nargs="?", help="the run's id")
+    _bulk_options(p, "cancel")
+
+    p = command(
+        "redrive",
+        "send a dead-lettered run back to the queue with a fresh budget, or every dead letter "
+        "a filter matches (--reason, --queue): prints the count and asks first",
+    )
+    p.add_argument("run_id", metavar="RUN", nargs="?", help="the run's id")
+    _bulk_options(p, "redrive")
     p.add_argument(
         "--force",
         action="store_true",

@@ -31,6 +31,7 @@ from tenure.store._records import (
     ModelState,
     NewEvent,
     NewRun,
+    PausedQueue,
     Settlement,
     StaleRun,
     WorkerInfo,
@@ -49,6 +50,7 @@ __all__ = [
     "ModelState",
     "NewEvent",
     "NewRun",
+    "PausedQueue",
     "Settlement",
     "StaleRun",
     "Store",
@@ -164,7 +166,9 @@ class Store(Protocol):
         claim is `claim`'s. A worker commits the ends of its finished runs and takes new
         ones with one commit. Raises if the transaction fails: then nothing applied."""
 
-    def cancel(self, run_id: str) -> bool: ...
+    def cancel(self, run_id: str, expected: RunStatus | None = None) -> bool:
+        """Cancel a run that has not ended; with `expected`, only while it is in that
+        status (a decision made on a listing is guarded by the status it read)."""
 
     def suspend(
         self,
@@ -267,6 +271,19 @@ class Store(Protocol):
 
     def workers(self, limit: int = 100) -> list[WorkerRow]:
         """Worker rows, the most recently seen first."""
+
+    def pause_queue(self, queue: str, by: str = "") -> bool:
+        """Claims pass over the runs of `queue` from now on (runs already claimed go on);
+        False when it was paused already. A queue with no run yet may be paused."""
+
+    def resume_queue(self, queue: str) -> bool:
+        """Claims take the runs of `queue` again; False when it was not paused."""
+
+    def paused_queues(self) -> list[PausedQueue]:
+        """The paused queues, by name."""
+
+    def queue_counts(self) -> dict[tuple[str, str], int]:
+        """Runs not yet ended, by (queue, status)."""
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call `wake` when runs may have become claimable (enqueue, requeue, redrive).

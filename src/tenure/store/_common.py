@@ -7,6 +7,7 @@ from __future__ import annotations
 from tenure.store._capacity import CapacityStore
 from tenure.store._maintenance import Maintenance
 from tenure.store._owner import OwnerTransitions
+from tenure.store._queues import QueueControls
 from tenure.store._reads import Reads
 from tenure.store._sqlbase import Cursor
 from tenure.store._streaming import Streaming
@@ -15,5 +16,7 @@ from tenure.store._workers import WorkerRows
 __all__ = ["Cursor", "SQLStore"]
 
 
-class SQLStore(OwnerTransitions, Maintenance, Reads, WorkerRows, Streaming, CapacityStore):
+class SQLStore(
+    OwnerTransitions, Maintenance, Reads, WorkerRows, QueueControls, Streaming, CapacityStore
+):
     """Every transition and read of the Store protocol, for one SQL dialect."""

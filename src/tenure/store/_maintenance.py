@@ -19,9 +19,10 @@ from tenure.store._sqlbase import Cursor, SQLBase, lifecycle
 
 
 class Maintenance(SQLBase):
-    def cancel(self, run_id: str) -> bool:
+    def cancel(self, run_id: str, expected: RunStatus | None = None) -> bool:
         event = lifecycle(EventKind.CANCELLED)
-        return self._guarded("cancel", {"id": run_id}, run_id, [event]) is not None
+        params = {"id": run_id, "expected": str(expected) if expected else None}
+        return self._guarded("cancel", params, run_id, [event]) is not None
 
     def decide_queued(
         self, run_id: str, expected: RunStatus, decision: dict[str, Any], event: NewEvent

@@ -173,3 +173,41 @@ class Grant:
     reservation: str | None
     wait: float = 0.0
     circuit_open: bool = False
+
+
+@dataclass(frozen=True)
+class PausedQueue:
+    """A queue an operator paused: claims pass its runs over until it is resumed."""
+
+    queue: str
+    paused_at: datetime
+    paused_by: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "paused_at": self.paused_at.isoformat(),
+            "paused_by": self.paused_by,
+        }
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """A queue as an operator sees it: whether it is paused, and its runs not yet ended."""
+
+    name: str
+    paused: PausedQueue | None
+    queued: int = 0
+    running: int = 0
+    waiting: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.name,
+            "paused": self.paused is not None,
+            "paused_at": self.paused.paused_at.isoformat() if self.paused else None,
+            "paused_by": self.paused.paused_by if self.paused else None,
+            "queued": self.queued,
+            "running": self.running,
+            "waiting": self.waiting,
+        }

@@ -115,6 +115,28 @@ class BulkRedriveBody(Text):
     queue: str | None = Field(None, pattern=NAME_PATTERN)
     limit: int = Field(100, ge=1, le=MAX_BULK_REDRIVE)
     dry_run: bool = False
+    expected: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_BULK_REDRIVE,
+        description="the count of a dry run that was confirmed: 409 if it differs now",
+    )
+
+
+ACTIVE_STATUS = Literal["queued", "running", "waiting_for_approval", "waiting_for_input"]
+
+
+class BulkCancelBody(Text):
+    status: ACTIVE_STATUS | None = Field(None, description="only runs in this status")
+    queue: str | None = Field(None, pattern=NAME_PATTERN)
+    limit: int = Field(100, ge=1, le=MAX_BULK_REDRIVE)
+    dry_run: bool = False
+    expected: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_BULK_REDRIVE,
+        description="the count of a dry run that was confirmed: 409 if it differs now",
+    )
 
 
 class DecisionBody(Text):
@@ -275,7 +297,8 @@ def leases(request: Request, caller: Reader) -> list[dict[str, Any]]:
 
 @router.get(
     "/queues",
-    summary="Per queue: runs queued (ready, backing off), running, waiting; the oldest ready wait",
+    summary="Per queue: paused or not; runs queued (ready, backing off), running, waiting; "
+    "the oldest ready wait",
 )
 def queues(request: Request, caller: Reader) -> list[dict[str, Any]]:
     web = web_of(request)
@@ -302,6 +325,29 @@ def enqueue(request: Request, caller: Writer, body: EnqueueBody) -> dict[str, An
     run_id = web.runtime.enqueue(RunRequest(**fields), delay=body.delay)
     audit.info("enqueue %s by %s (%s)", run_id, caller.actor, caller.via)
     return {"id": run_id}
+
+
+# A queue name may hold a slash: the path converter takes the whole rest of the path.
+QueueName = Annotated[str, Path(pattern=NAME_PATTERN, description="a queue's name")]
+
+
+@router.post(
+    "/queues/{queue:path}/pause",
+    summary="Pause a queue: workers claim none of its runs until it is resumed (runs already "
+    "running go on); audited",
+)
+def pause_queue(request: Request, queue: QueueName, caller: Writer) -> dict[str, Any]:
+    changed = web_of(request).pause_queue(queue, caller)
+    return {"queue": queue, "paused": True, "changed": changed}
+
+
+@router.post(
+    "/queues/{queue:path}/resume",
+    summary="Resume a paused queue: workers claim its runs again; audited",
+)
+def resume_queue(request: Request, queue: QueueName, caller: Writer) -> dict[str, Any]:
+    changed = web_of(request).resume_queue(queue, caller)
+    return {"queue": queue, "paused": False, "changed": changed}
 
 
 @router.post("/runs/{run_id}/cancel", summary="Cancel a run that has not ended")
@@ -332,7 +378,21 @@ def redrive_many(
 ) -> dict[str, Any]:
     reason = TerminationReason(body.reason) if body.reason else None
     return web_of(request).redrive_many(
-        reason, body.queue, body.limit, caller, dry_run=body.dry_run
+        reason, body.queue, body.limit, caller, dry_run=body.dry_run, expected=body.expected
+    )
+
+
+@router.post(
+    "/cancel",
+    summary="Cancel in bulk the runs not yet ended a filter matches (capped; each by its own "
+    "guarded cancel; audited)",
+)
+def cancel_many(
+    request: Request, caller: Writer, body: Annotated[BulkCancelBody, Body()]
+) -> dict[str, Any]:
+    status = RunStatus(body.status) if body.status else None
+    return web_of(request).cancel_many(
+        status, body.queue, body.limit, caller, dry_run=body.dry_run, expected=body.expected
     )
 
 

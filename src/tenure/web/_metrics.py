@@ -124,8 +124,9 @@ _ACTIVE = (
 class QueuesCollector(Collector):
     """Per queue, read from the store per scrape: `tenure_queue_runs{queue,status}` (runs not
     yet ended), `tenure_queue_oldest_ready_seconds{queue}` (how long the longest-waiting
-    claimable run has waited), and `tenure_leases_expired{queue}`: running runs whose lease
-    has expired and that no reaper has handled yet (a dead worker shows here first)."""
+    claimable run has waited), `tenure_leases_expired{queue}`: running runs whose lease
+    has expired and that no reaper has handled yet (a dead worker shows here first), and
+    `tenure_queue_paused{queue}` with `tenure_queues_paused` (how many are paused)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -134,9 +135,20 @@ class QueuesCollector(Collector):
         try:
             now = self.store.now()
             runs = [r for s in _ACTIVE for r in self.store.runs(s, limit=QUEUE_SCAN_LIMIT)]
+            paused = [p.queue for p in self.store.paused_queues()]
         except Exception as exc:  # tenure_database_up already says the store did not answer
             log.warning("metrics: cannot read queues: %s", exc)
             return
+        paused_count = GaugeMetricFamily(
+            "tenure_queues_paused",
+            "Queues paused by an operator (workers claim none of their runs)",
+        )
+        paused_count.add_metric([], len(paused))
+        paused_one = GaugeMetricFamily(
+            "tenure_queue_paused",
+            "1 while a queue is paused (workers claim none of its runs), else 0",
+            labels=["queue"],
+        )
         by_queue = GaugeMetricFamily(
             "tenure_queue_runs",
             "Runs not yet ended, by queue and status",
@@ -170,9 +182,13 @@ class QueuesCollector(Collector):
         for queue in sorted(ages):
             oldest.add_metric([queue], ages[queue])
             expired.add_metric([queue], stale[queue])
+        for queue in sorted(set(ages) | set(paused)):
+            paused_one.add_metric([queue], 1 if queue in paused else 0)
         yield by_queue
         yield oldest
         yield expired
+        yield paused_count
+        yield paused_one
 
 
 class ModelsCollector(Collector):

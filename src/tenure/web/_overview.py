@@ -18,7 +18,7 @@ from markupsafe import Markup, escape
 from tenure._heartbeat import WorkerState, worker_state
 from tenure._text import span
 from tenure._types import Run, RunStatus
-from tenure.store._base import WorkerRow
+from tenure.store._base import PausedQueue, WorkerRow
 
 SHORT_ID = 8
 FINISHED_MINUTES = 30
@@ -49,6 +49,27 @@ def prompt_line(request: dict[str, Any] | None) -> str:
     return line if len(line) <= 100 else line[:99] + "…"
 
 
+def is_scheduled(run: Run, now: datetime) -> bool:
+    """A queued run that is not claimable yet because it was enqueued with a delay: it has
+    never been claimed and never failed. (A run waiting after a failure, a hand-back or a
+    park is backing off.)"""
+    return (
+        run.status is RunStatus.QUEUED
+        and run.available_at > now
+        and run.started_at is None
+        and run.requeue_count == 0
+        and not run.error_class
+    )
+
+
+def duration(run: Run, now: datetime) -> float | None:
+    """Seconds from its first claim to its end (to now while it has not ended)."""
+    if run.started_at is None:
+        return None
+    end = run.finished_at or (now if not run.status.is_terminal else None)
+    return None if end is None else max(0.0, (end - run.started_at).total_seconds())
+
+
 # -- queues ------------------------------------------------------------------------------------
 
 
@@ -57,14 +78,18 @@ class QueueDepth:
     queue: str
     ready: int = 0
     backing_off: int = 0
+    # Enqueued with a delay, not claimable yet (never claimed, never failed).
+    scheduled: int = 0
     running: int = 0
     waiting: int = 0
     # How long the longest-waiting ready run has been claimable and not claimed.
     oldest_ready_seconds: float | None = None
+    # Paused by an operator: workers claim none of its runs (None: not paused).
+    paused: PausedQueue | None = None
 
     @property
     def queued(self) -> int:
-        return self.ready + self.backing_off
+        return self.ready + self.backing_off + self.scheduled
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,24 +97,34 @@ class QueueDepth:
             "queued": self.queued,
             "ready": self.ready,
             "backing_off": self.backing_off,
+            "scheduled": self.scheduled,
             "running": self.running,
             "waiting": self.waiting,
             "oldest_ready_seconds": self.oldest_ready_seconds,
+            "paused": self.paused is not None,
+            "paused_at": self.paused.paused_at.isoformat() if self.paused else None,
+            "paused_by": self.paused.paused_by if self.paused else None,
         }
 
 
 _WAITING = (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT)
 
 
-def queue_depths(runs: Iterable[Run], now: datetime) -> list[QueueDepth]:
-    """Per queue: runs queued (ready now, or backing off), running, waiting for a person."""
-    by_queue: dict[str, QueueDepth] = {}
+def queue_depths(
+    runs: Iterable[Run], now: datetime, paused: Sequence[PausedQueue] = ()
+) -> list[QueueDepth]:
+    """Per queue: runs queued (ready now, backing off, or scheduled for later), running,
+    waiting for a person;
+    whether it is paused. A paused queue is listed even with no run."""
+    by_queue: dict[str, QueueDepth] = {p.queue: QueueDepth(p.queue, paused=p) for p in paused}
     for run in runs:
         q = by_queue.setdefault(run.queue, QueueDepth(run.queue))
         if run.status is RunStatus.RUNNING:
             q.running += 1
         elif run.status in _WAITING:
             q.waiting += 1
+        elif is_scheduled(run, now):
+            q.scheduled += 1
         elif run.status is RunStatus.QUEUED and run.available_at > now:
             q.backing_off += 1
         elif run.status is RunStatus.QUEUED:

@@ -30,7 +30,7 @@ from tenure.web._security import (
     Forbidden,
     Security,
 )
-from tenure.web._state import MAX_BULK_REDRIVE, Web, audit, web_of
+from tenure.web._state import MAX_BULK_REDRIVE, Conflict, Web, audit, web_of
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN)]
@@ -45,6 +45,8 @@ DONE = {
     "denied": "Denied: the run ends approval_denied.",
     "submitted": "Submitted: the run goes on with your values.",
     "reaped": "Reaper pass done.",
+    "paused": "Queue paused: workers claim none of its runs until it is resumed.",
+    "resumed": "Queue resumed: workers claim its runs again.",
     "login": "Logged in.",
 }
 
@@ -69,6 +71,8 @@ _env.filters["time"] = _time
 _env.filters["short_id"] = _overview.short_id
 _env.filters["span"] = span
 _env.globals["relative"] = _overview.relative
+_env.globals["scheduled"] = _overview.is_scheduled
+_env.globals["duration"] = _overview.duration
 _env.filters["ms"] = _ms
 _env.filters["pretty"] = lambda v: json.dumps(v, indent=1, default=str, ensure_ascii=False)
 
@@ -259,6 +263,8 @@ def runs_page(
         reveal=reveal,
         prompts=web.prompts(runs) if reveal else {},
         reveal_url="/?" + urlencode({**query, "q": search, "reveal": "true"}),
+        bulk=bulk_actions(s, r, queue or None) if not search else [],
+        bulk_query=urlencode(query),
         queues=web.queues(now),
         finished_chart=_overview.svg_bars(
             web.finished(now), title="runs finished per minute, by outcome"
@@ -276,8 +282,13 @@ def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
     reveal = _reveal(request, caller, reveal)
     run = web.run(run_id)
     events = web.runtime.events(run_id)
+    now = web.store.now()
     backoff_until = run.available_at if run.status is RunStatus.QUEUED else None
-    if backoff_until is not None and backoff_until <= web.store.now():
+    if backoff_until is not None and backoff_until <= now:
+        backoff_until = None
+    # Enqueued with a delay: scheduled, not backing off after a failure.
+    scheduled_for = backoff_until if _overview.is_scheduled(run, now) else None
+    if scheduled_for is not None:
         backoff_until = None
     calls: list[_views.HeldCall] = []
     context = None
@@ -292,6 +303,7 @@ def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
         steps=_views.timeline(events, reveal=reveal),
         last_sequence=events[-1].sequence if events else -1,
         backoff_until=backoff_until,
+        scheduled_for=scheduled_for,
         reveal=reveal,
         calls=calls,
         context=context,
@@ -306,6 +318,161 @@ def cancel_form(
     caller = _operator(request, csrf)
     web_of(request).cancel(run_id, caller)
     return RedirectResponse(f"/runs/{quote(run_id)}?done=cancelled", status_code=303)
+
+
+# -- bulk cancel and redrive of the runs a filter matches -----------------------------------
+
+
+def bulk_actions(
+    status: RunStatus | None, reason: TerminationReason | None, queue: str | None
+) -> list[str]:
+    """The bulk actions the runs list offers for its filters: cancel when it lists runs that
+    may not have ended (and something narrows it), redrive when it lists dead letters."""
+    actions = []
+    if reason is None and (status is None or not status.is_terminal) and (status or queue):
+        actions.append("cancel")
+    failed = status is RunStatus.FAILED or (status is None and reason is not None)
+    if failed and (reason is None or reason.is_dead_letter):
+        actions.append("redrive")
+    return actions
+
+
+def _bulk_plan(
+    web: Web,
+    caller: Caller,
+    action: str,
+    status: RunStatus | None,
+    reason: TerminationReason | None,
+    queue: str | None,
+) -> dict[str, Any]:
+    """What a bulk action would do now: a dry run."""
+    if action not in bulk_actions(status, reason, queue):
+        raise InvalidRequest(f"no bulk {action or 'action'} for this filter")
+    if action == "cancel":
+        plan = web.cancel_many(status, queue, MAX_BULK_REDRIVE, caller, dry_run=True)
+        return {"ids": plan["would_cancel"], "skipped": [], "more": plan["more"]}
+    plan = web.redrive_many(reason, queue, MAX_BULK_REDRIVE, caller, dry_run=True)
+    return {"ids": plan["would_redrive"], "skipped": plan["skipped_fenced"], "more": plan["more"]}
+
+
+def _bulk_confirm(
+    request: Request,
+    caller: Caller,
+    action: str,
+    status: str,
+    reason: str,
+    queue: str,
+    notice: str = "",
+    status_code: int = 200,
+) -> Response:
+    web = web_of(request)
+    s, r = _filter(status, RunStatus), _filter(reason, TerminationReason)
+    plan = _bulk_plan(web, caller, action, s, r, queue or None)
+    return render(
+        request,
+        "bulk_confirm.html",
+        status_code,
+        action=action,
+        plan=plan,
+        status=status,
+        reason=reason,
+        queue=queue,
+        notice=notice,
+        max_bulk=MAX_BULK_REDRIVE,
+        back="/?"
+        + urlencode(
+            {k: v for k, v in (("status", status), ("reason", reason), ("queue", queue)) if v}
+        ),
+    )
+
+
+@router.get("/bulk")
+def bulk_confirm_page(
+    request: Request,
+    action: Annotated[str, Query(max_length=20)] = "",
+    status: Annotated[str, Query(max_length=40)] = "",
+    reason: Annotated[str, Query(max_length=40)] = "",
+    queue: Annotated[str, Query(max_length=200)] = "",
+) -> Response:
+    caller = _reader(request)
+    if isinstance(caller, Response):
+        return caller
+    return _bulk_confirm(request, caller, action, status, reason, queue)
+
+
+@router.post("/bulk")
+def bulk_form(
+    request: Request,
+    csrf: Annotated[str | None, Form()] = None,
+    action: Annotated[str, Form(max_length=20)] = "",
+    status: Annotated[str, Form(max_length=40)] = "",
+    reason: Annotated[str, Form(max_length=40)] = "",
+    queue: Annotated[str, Form(max_length=200)] = "",
+    expected: Annotated[int, Form(ge=0, le=MAX_BULK_REDRIVE)] = 0,
+) -> Response:
+    caller = _operator(request, csrf)
+    web = web_of(request)
+    s, r = _filter(status, RunStatus), _filter(reason, TerminationReason)
+    if action not in bulk_actions(s, r, queue or None):
+        raise InvalidRequest(f"no bulk {action or 'action'} for this filter")
+    try:
+        if action == "cancel":
+            result = web.cancel_many(s, queue or None, MAX_BULK_REDRIVE, caller, expected=expected)
+            done, changed = result["cancelled"], result["changed"]
+            skipped: list[str] = []
+        else:
+            result = web.redrive_many(r, queue or None, MAX_BULK_REDRIVE, caller, expected=expected)
+            done, changed = result["redriven"], result["refused"]
+            skipped = result["skipped_fenced"]
+    except Conflict as exc:
+        # The runs that match moved since they were counted: count again, confirm again.
+        return _bulk_confirm(
+            request, caller, action, status, reason, queue, notice=str(exc.detail), status_code=409
+        )
+    return render(
+        request,
+        "bulk_done.html",
+        action=action,
+        acted=done,
+        changed=changed,
+        skipped=skipped,
+        more=result["more"],
+        back="/?"
+        + urlencode(
+            {k: v for k, v in (("status", status), ("reason", reason), ("queue", queue)) if v}
+        ),
+    )
+
+
+# -- queues ------------------------------------------------------------------------------------
+
+
+def _queue_form(request: Request, csrf: str | None, queue: str, pause: bool) -> Response:
+    caller = _operator(request, csrf)
+    web = web_of(request)
+    if pause:
+        web.pause_queue(queue, caller)
+    else:
+        web.resume_queue(queue, caller)
+    return RedirectResponse(f"/?done={'paused' if pause else 'resumed'}", status_code=303)
+
+
+@router.post("/queues/pause")
+def pause_queue_form(
+    request: Request,
+    csrf: Annotated[str | None, Form()] = None,
+    queue: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    return _queue_form(request, csrf, queue, pause=True)
+
+
+@router.post("/queues/resume")
+def resume_queue_form(
+    request: Request,
+    csrf: Annotated[str | None, Form()] = None,
+    queue: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    return _queue_form(request, csrf, queue, pause=False)
 
 
 # -- dead letters and redrive ------------------------------------------------------------------
@@ -395,6 +562,7 @@ def bulk_redrive_form(
 # -- maintenance and leases --------------------------------------------------------------------
 
 
+@router.get("/workers")
 @router.get("/leases")
 def leases_page(request: Request) -> Response:
     caller = _reader(request)

@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import HTTPException, Request
 
-from tenure import Run, RunStatus, Runtime, TerminationReason
+from tenure import Run, RunStatus, Runtime, TerminationReason, _bulk
 from tenure._types import DEAD_LETTER_REASONS, ToolEffect
 from tenure.agent._held import HeldContext
 from tenure.store._base import Store
@@ -122,7 +122,7 @@ class Web:
         return [r for s in _ACTIVE for r in self.runtime.runs(s, limit=SCAN_LIMIT)]
 
     def queues(self, now: datetime) -> list[_overview.QueueDepth]:
-        return _overview.queue_depths(self.active_runs(), now)
+        return _overview.queue_depths(self.active_runs(), now, self.store.paused_queues())
 
     def workers(self, now: datetime) -> list[_overview.WorkerSeen]:
         running = self.runtime.runs(RunStatus.RUNNING, limit=SCAN_LIMIT)
@@ -212,6 +212,30 @@ class Web:
             raise Conflict(f"run {run_id} has already ended ({run.status}): nothing to cancel")
         audit.info("cancel %s by %s (%s)", run_id, caller.actor, caller.via)
 
+    def pause_queue(self, queue: str, caller: Caller) -> bool:
+        """Pause `queue` (False: it was paused already); audited either way."""
+        changed = self.runtime.pause_queue(queue, by=caller.actor)
+        audit.warning(
+            "pause queue %r by %s (%s)%s",
+            queue,
+            caller.actor,
+            caller.via,
+            "" if changed else ": already paused",
+        )
+        return changed
+
+    def resume_queue(self, queue: str, caller: Caller) -> bool:
+        """Resume `queue` (False: it was not paused); audited either way."""
+        changed = self.runtime.resume_queue(queue)
+        audit.warning(
+            "resume queue %r by %s (%s)%s",
+            queue,
+            caller.actor,
+            caller.via,
+            "" if changed else ": was not paused",
+        )
+        return changed
+
     def redrive(self, run_id: str, force: bool, caller: Caller) -> _views.RedrivePlan:
         plan = self.plan(run_id, reveal=False)
         if not plan.redrivable:
@@ -230,6 +254,56 @@ class Web:
         )
         return plan
 
+    def cancel_many(
+        self,
+        status: RunStatus | None,
+        queue: str | None,
+        limit: int,
+        caller: Caller,
+        *,
+        dry_run: bool = False,
+        expected: int | None = None,
+    ) -> dict[str, Any]:
+        """Cancel up to `limit` runs not yet ended that the filter matches, each by its own
+        guarded cancel (only while still in the listed status, when one was named). With
+        `expected`, the count the operator confirmed: a different count now is a conflict,
+        and nothing is cancelled."""
+        f = _bulk.Filter(status, None, queue)
+        chosen = _bulk.select(self.store, "cancel", f, limit)
+        ids = [r.id for r in chosen.runs]
+        if expected is not None and len(ids) != expected:
+            raise Conflict(
+                f"{len(ids)} runs match ({f.describe()}) now, not the {expected} confirmed: "
+                "count again"
+            )
+        result: dict[str, Any] = {
+            "dry_run": dry_run,
+            "limit": limit,
+            "matched": len(ids),
+            "cancelled": [],
+            "would_cancel": ids if dry_run else [],
+            "changed": [],
+            "more": chosen.more,
+        }
+        if dry_run:
+            return result
+        done = _bulk.cancel_each(self.store, chosen)
+        result["cancelled"], result["changed"] = done.done, done.changed
+        audit.warning(
+            "bulk cancel by %s (%s), status=%s queue=%s limit=%d: cancelled %d %s; "
+            "changed meanwhile %d %s",
+            caller.actor,
+            caller.via,
+            status or "any",
+            queue or "any",
+            limit,
+            len(done.done),
+            done.done,
+            len(done.changed),
+            done.changed,
+        )
+        return result
+
     def redrive_many(
         self,
         reason: TerminationReason | None,
@@ -238,9 +312,24 @@ class Web:
         caller: Caller,
         *,
         dry_run: bool = False,
+        expected: int | None = None,
     ) -> dict[str, Any]:
         """Redrive up to `limit` dead-letters; runs whose non-idempotent fence stands are
-        skipped (each needs a person's look and a forced redrive of its own)."""
+        skipped (each needs a person's look and a forced redrive of its own). With
+        `expected`, the count of runs to redrive the operator confirmed: a different count
+        now is a conflict, and nothing is redriven."""
+        if expected is not None and not dry_run:
+            self._check_count(reason, queue, limit, caller, expected)
+        return self._redrive_many(reason, queue, limit, caller, dry_run)
+
+    def _redrive_many(
+        self,
+        reason: TerminationReason | None,
+        queue: str | None,
+        limit: int,
+        caller: Caller,
+        dry_run: bool,
+    ) -> dict[str, Any]:
         reasons = [reason] if reason else sorted(DEAD_LETTER_REASONS)
         redriven: list[str] = []
         fenced: list[str] = []
@@ -292,6 +381,21 @@ class Web:
                 refused,
             )
         return result
+
+    def _check_count(
+        self,
+        reason: TerminationReason | None,
+        queue: str | None,
+        limit: int,
+        caller: Caller,
+        expected: int,
+    ) -> None:
+        """The dead letters a bulk redrive would take now are as many as were confirmed."""
+        now = self._redrive_many(reason, queue, limit, caller, True)["would_redrive"]
+        if len(now) != expected:
+            raise Conflict(
+                f"{len(now)} dead letters to redrive now, not the {expected} confirmed: count again"
+            )
 
 
 def web_of(request: Request) -> Web:

@@ -90,10 +90,19 @@ RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_seq
 -- re-checked under its lock and dropped, so every row goes to exactly one claimer.
 -- "Available now" is the statement's start (stable, unlike clock_timestamp()), which lets
 -- it bound the scan of the partial index; the lease is still timed by the clock.
+-- A run of a paused queue is passed over; a pause committed before this statement started
+-- is seen by it (a claim already under way when the pause commits may still take a run).
+-- The paused queues are read once (an init plan) and filter the scan of the claimable index.
+-- `queue || ''`: the planner then costs the filter as passing most rows. Compared as the bare
+-- column, the column's statistics (one queue, say) make it expect that the filter passes
+-- almost nothing, and it sorts the whole backlog at each claim instead of reading the index
+-- in order up to the limit; NOT EXISTS (an anti-join) and NOT IN (a hashed subplan, costed
+-- as passing half) do the same.
 WITH picked AS (
     SELECT id FROM tenure_runs
      WHERE status = 'queued' AND available_at <= statement_timestamp()
        AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
+       AND queue || '' <> ALL (ARRAY(SELECT queue FROM tenure_paused_queues))
      ORDER BY available_at
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -106,10 +115,12 @@ UPDATE tenure_runs r
 
 -- name: claim_run
 -- The claim filtered by id: one named run, if it is queued and claimable now (by its primary
--- key rather than the claimable partial index, which would walk the backlog to find it).
+-- key rather than the claimable partial index, which would walk the backlog to find it). A
+-- paused queue's run is not taken this way either.
 UPDATE tenure_runs r
 {_claim_set}
  WHERE r.id = %(id)s AND r.status = 'queued' AND r.available_at <= {now}
+   AND NOT EXISTS (SELECT 1 FROM tenure_paused_queues p WHERE p.queue = r.queue)
 {_claim_returning};
 
 -- name: record_step
@@ -291,12 +302,15 @@ RETURNING r.id, r.lease_token, r.last_sequence;
 
 -- name: cancel
 -- Any non-terminal run; the fence stays as evidence of a write that may have happened.
+-- With %(expected)s, only while the run is still in that status: a bulk cancel of the runs a
+-- listing found queued must not cancel one that a worker claimed since.
 UPDATE tenure_runs
    SET status = 'cancelled', termination_reason = 'cancelled', claimed_by = '',
        lease_expires = NULL, request = NULL, waiting = NULL, decision = NULL,
        wait_deadline = NULL, last_sequence = last_sequence + %(n)s,
        finished_at = {now}, updated_at = {now}
  WHERE id = %(id)s AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND (%(expected)s::text IS NULL OR status = %(expected)s::text)
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: held_by
@@ -798,3 +812,25 @@ UPDATE tenure_runs
    AND lease_token = %(token)s AND lease_expires >= {now}
    AND pending_effect <> 'non_idempotent_write'
 RETURNING last_sequence, attempt, lease_token;
+
+-- name: pause_queue
+-- Pause a queue: claims pass its runs over from the next claim on. Nothing when it is
+-- paused already (the first pause, and who made it, are kept).
+INSERT INTO tenure_paused_queues (queue, paused_at, paused_by)
+VALUES (%(queue)s, {now}, %(by)s)
+ON CONFLICT (queue) DO NOTHING
+RETURNING queue;
+
+-- name: resume_queue
+-- Resume a queue; idle workers are woken (at commit) to claim its runs.
+DELETE FROM tenure_paused_queues WHERE queue = %(queue)s
+RETURNING queue, pg_notify('tenure_runs', queue);
+
+-- name: paused_queues
+SELECT queue, paused_at, paused_by FROM tenure_paused_queues ORDER BY queue;
+
+-- name: queue_counts
+-- Runs not yet ended, per queue and status.
+SELECT queue, status, COUNT(*) FROM tenure_runs
+ WHERE status IN ('queued', 'running', 'waiting_for_approval', 'waiting_for_input')
+ GROUP BY queue, status;
