@@ -57,6 +57,8 @@ def _time(value: datetime | None) -> str:
 def _ms(value: float | None) -> str:
     if value is None:
         return ""
+    if value < 1:  # a fast local call: "0 ms" would read as not measured
+        return f"{value:.2f} ms"
     return f"{value:.0f} ms" if value < 10_000 else f"{value / 1000:.1f} s"
 
 
