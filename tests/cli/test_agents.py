@@ -53,6 +53,13 @@ def triage(ctx: tenure.AgentContext, ticket_id: str, text: str, priority: int = 
     return {"label": label, "length": length}
 
 
+@rt.agent
+def careful(ctx: tenure.AgentContext, amount: int) -> bool:
+    """Refund once a person approves."""
+    ctx.model(f"Should we refund {amount}?")
+    return ctx.approve("refund", {"amount": amount})
+
+
 @rt.agent(name="ping")
 def ping_agent(ctx: tenure.AgentContext) -> str:
     """Answer pong."""
@@ -92,10 +99,12 @@ def test_agents_lists_each_agent_with_its_parameters(cli: Cli) -> None:
     lines = result.out.splitlines()
     assert lines[0].split() == ["name", "input", "description"]
     rows = [line.split() for line in lines]
+    assert ["careful", "1", "parameter", "Refund", "once", "a", "person", "approves."] in rows
     assert ["ping", "0", "parameters", "Answer", "pong."] in rows
     assert ["triage", "3", "parameters", "Route", "a", "support", "ticket."] in rows
     notes = [line.strip() for line in lines if line.startswith("  ")]
     assert notes == [
+        "amount: integer, required",
         "ticket_id: string, required — the ticket's id",
         "text: string, required — what the customer wrote",
         "priority: integer, default 3 — 1 (urgent) to 5",
@@ -106,7 +115,7 @@ def test_agents_json_has_the_whole_input_schemas(cli: Cli) -> None:
     result = cli("--app", APP, "agents", "--json")
     assert result.code == 0, result.err
     found = {a["name"]: a for a in result.json()}
-    assert sorted(found) == ["ping", "triage"]
+    assert sorted(found) == ["careful", "ping", "triage"]
     schema = found["triage"]["input_schema"]
     assert schema["required"] == ["ticket_id", "text"]
     assert schema["properties"]["priority"] == {
@@ -208,7 +217,10 @@ def test_an_agent_without_input_parameters_needs_no_input(cli: Cli) -> None:
             ["--agent", "triage", "--input", '"T-1"'],
             "--input: expected a JSON object, got a string",
         ),
-        (["--agent", "nobody", "--input", "{}"], "unknown agent 'nobody' (agents: ping, triage)"),
+        (
+            ["--agent", "nobody", "--input", "{}"],
+            "unknown agent 'nobody' (agents: careful, ping, triage)",
+        ),
         (
             ["--agent", "triage", "--input", '{"ticket_id": "T-1"}'],
             "agent triage: invalid input: text: Field required",
@@ -243,3 +255,26 @@ def test_a_bad_agent_request_is_one_line_and_stores_nothing(
     assert result.code == 2
     assert one_line_error(result) == f"tenure: {message}"
     assert _runs(cli) == []
+
+
+def test_pending_shows_what_the_model_said_before_an_agent_step_waits(cli: Cli) -> None:
+    """A held step's context is the agent function's last model step before it: its
+    waiting record names the step's position, not a model turn's event."""
+    said = "Refunding 5: the parcel was lost."
+    script = cli.script([{"say": said}])
+    enqueued = cli(
+        "--app", APP, "enqueue", "--agent", "careful", "--input", '{"amount": 5}',
+        "--script", script,
+    )  # fmt: skip
+    assert enqueued.code == 0, enqueued.err
+    run_id = enqueued.out.strip()
+    worked = cli("--app", APP, "worker", "--burst")
+    assert "1 awaiting_approval" in worked.out, worked.err
+    pending = cli("--app", APP, "pending")
+    assert pending.code == 0, pending.err
+    assert f"model said: {said}" in pending.out
+    assert "damaged" not in pending.out
+    [held] = cli("--app", APP, "pending", "--json").json()
+    assert held["id"] == run_id and held["agent"] == "careful"
+    assert (held["context"]["model_text"], held["context"]["damaged"]) == (said, None)
+    assert [c["tool"] for c in held["pending_calls"]] == ["ctx.approval"]
