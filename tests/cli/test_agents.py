@@ -277,4 +277,4 @@ def test_pending_shows_what_the_model_said_before_an_agent_step_waits(cli: Cli) 
     [held] = cli("--app", APP, "pending", "--json").json()
     assert held["id"] == run_id and held["agent"] == "careful"
     assert (held["context"]["model_text"], held["context"]["damaged"]) == (said, None)
-    assert [c["tool"] for c in held["pending_calls"]] == ["ctx.approval"]
+    assert [(c["tool"], c["kind"]) for c in held["pending_calls"]] == [("refund", "approval")]
