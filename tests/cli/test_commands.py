@@ -141,8 +141,9 @@ def test_status_shows_one_run(cli: Cli) -> None:
     assert lines[0].split() == ["id", run_id]
     assert ["status", "queued"] in [line.split() for line in lines]
     data = cli("status", run_id, "--json").json()
-    assert set(data) == RUN_FIELDS
+    assert set(data) == RUN_FIELDS | {"agent", "input"}
     assert (data["id"], data["status"], data["request"]) == (run_id, "queued", None)
+    assert (data["agent"], data["input"]) == (None, None)  # a run of the built-in loop
 
 
 def test_events_lists_the_stream_and_json_parses(cli: Cli) -> None:

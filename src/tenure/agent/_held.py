@@ -71,7 +71,12 @@ def held_context(
         turn = None
         damaged.append("the held calls cannot be read (the run's waiting record is damaged)")
     prompt = _prompt(run.request, events, damaged)
-    model_text = _model_text(events, turn, damaged) if turn is not None else None
+    if turn is None:
+        model_text = None
+    elif _is_agent_run(run.request, events):
+        model_text = _agent_model_text(events, turn, damaged)
+    else:
+        model_text = _model_text(events, turn, damaged)
     hidden = _hidden(waiting, events, declared_sensitive)
     since, waited = _waited(run, now, damaged)
     if hidden and not reveal:
@@ -104,6 +109,32 @@ def _model_text(events: list[Event], turn: int, damaged: list[str]) -> str | Non
     if text is None:
         why = event.damaged or "its message has no readable text"
         damaged.append(f"the model's turn (event {turn}) cannot be read ({why})")
+    return text
+
+
+def _is_agent_run(request: Any, events: list[Event]) -> bool:
+    """An agent function's run (SPEC §20): its waiting record's `turn` is the position of the
+    step that waits, not the sequence of a model turn."""
+    if not isinstance(request, Mapping):
+        first = next((e for e in events if e.kind is EventKind.REQUEST), None)
+        request = first.payload if first is not None else None
+    return isinstance(request, Mapping) and isinstance(request.get("agent"), str)
+
+
+def _agent_model_text(events: list[Event], position: int, damaged: list[str]) -> str | None:
+    """What the model said in the agent function's last model step before the waiting one
+    ("" if it has asked the model nothing yet)."""
+    last = None
+    for event in events:
+        at = event.payload.get("position") if event.kind is EventKind.LLM else None
+        if isinstance(at, int) and not isinstance(at, bool) and at < position:
+            last = event
+    if last is None:
+        return ""
+    message = last.payload.get("message")
+    text = _text(message.get("content")) if isinstance(message, Mapping) else None
+    if text is None:
+        damaged.append(f"the model's step (event {last.sequence}) has no readable text")
     return text
 
 

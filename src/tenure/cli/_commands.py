@@ -25,9 +25,11 @@ from tenure import (
 )
 from tenure._command import CliError, Context, NotFound, UsageError
 from tenure._policy import MAX_NESTING_DEPTH
+from tenure.agent._steps import agent_call, agent_steps
 from tenure.cli._follow import follow
 from tenure.cli._human import HANDLERS as human_handlers
 from tenure.cli._output import (
+    agents_table,
     err,
     event_line,
     models_table,
@@ -36,7 +38,9 @@ from tenure.cli._output import (
     print_json,
     reason_text,
     run_details,
+    run_json,
     runs_table,
+    steps_table,
 )
 from tenure.providers.scripted import parse_script
 
@@ -68,9 +72,46 @@ def _read_script(path: str | None) -> list[dict[str, Any]] | None:
     return script
 
 
+def _read_input(text: str | None) -> dict[str, Any] | None:
+    """`--input`: a JSON object (what the agent function's parameters are checked against
+    when the run is enqueued)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--input: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(
+            f"--input: nested too deeply (at most {MAX_NESTING_DEPTH} levels)"
+        ) from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--input: expected a JSON object, got {_json_kind(value)}")
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "null"
+
+
 def _request(args: argparse.Namespace) -> RunRequest:
+    if args.agent is None:
+        if args.input is not None:
+            raise UsageError("--input is an agent function's input: name the agent with --agent")
+        if args.prompt is None:
+            raise UsageError("give --prompt TEXT, or --agent NAME with --input JSON")
     return RunRequest(
-        prompt=args.prompt,
+        prompt=args.prompt or "",
+        agent=args.agent,
+        input=_read_input(args.input),
         model=args.model,
         tools=list(args.tools),
         queue=args.queue,
@@ -157,6 +198,17 @@ def worker(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def agents(ctx: Context, args: argparse.Namespace) -> int:
+    found = ctx.app.agents()
+    if args.json:
+        print_json(found)
+    elif found:
+        agents_table(found)
+    else:
+        out.print("no agent functions (the app registers them with @rt.agent; name it with --app)")
+    return 0
+
+
 def reap(ctx: Context, args: argparse.Namespace) -> int:
     report = ctx.app.reap(args.limit)
     out.print(f"requeued {report.requeued}")
@@ -188,11 +240,24 @@ def models(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def status(ctx: Context, args: argparse.Namespace) -> int:
-    found = _existing(ctx.app, args.run_id)
+    app = ctx.app
+    found = _existing(app, args.run_id)
+    call = agent_call(app.store.request_event(args.run_id))
+    # An agent function's run: its steps by position, read from its journal.
+    steps = agent_steps(app.events(args.run_id)) if call is not None else []
     if args.json:
-        print_json(found.to_json())
-    else:
-        run_details(found)
+        data = run_json(found, call)
+        if call is not None:
+            data["steps"] = [s.to_json() for s in steps]
+        print_json(data)
+        return 0
+    run_details(found, call)
+    if call is not None:
+        out.print()
+        if steps:
+            steps_table(steps)
+        else:
+            out.print("no steps yet")
     return 0
 
 
@@ -385,6 +450,7 @@ HANDLERS = {
     "enqueue": enqueue,
     "run": run,
     "worker": worker,
+    "agents": agents,
     "reap": reap,
     "runs": runs,
     "models": models,

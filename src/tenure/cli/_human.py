@@ -11,7 +11,17 @@ from tenure import DecisionConflict, Run, RunStatus
 from tenure._command import CliError, Context, NotFound, UsageError
 from tenure._text import span
 from tenure.agent._held import HeldContext
-from tenure.cli._output import Cell, clip, out, print_json, status_text, table_with_notes, when
+from tenure.agent._steps import agent_call
+from tenure.cli._output import (
+    Cell,
+    clip,
+    out,
+    print_json,
+    run_json,
+    status_text,
+    table_with_notes,
+    when,
+)
 
 
 def _waiting(ctx: Context, run_id: str, expected: RunStatus) -> Run:
@@ -53,7 +63,7 @@ def pending(ctx: Context, args: argparse.Namespace) -> int:
 def _json(ctx: Context, run: Run) -> dict[str, Any]:
     context = ctx.app.pending_context(run.id)
     return {
-        **run.to_json(),
+        **run_json(run, agent_call(ctx.app.store.request_event(run.id))),
         "pending_calls": ctx.app.pending_calls(run.id),
         "context": context.to_json() if context is not None else None,
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tenure import Event, EventKind, Run, RunStatus, TerminationReason
+from tenure.agent._steps import AgentCall, AgentStep, Parameter, agent_call, parameters
 from tenure.store._base import ModelState
 
 # markup=False: run outputs, errors and prompts are user text and must print verbatim.
@@ -146,9 +147,25 @@ def models_table(models: Sequence[ModelState]) -> None:
     )
 
 
-def run_details(run: Run) -> None:
+def run_json(run: Run, call: AgentCall | None) -> dict[str, Any]:
+    """A run as `status --json` shows it: its row, and for an agent function's run the
+    function's name and input."""
+    fields = run.to_json()
+    fields["agent"] = call.agent if call else None
+    fields["input"] = call.input if call else None
+    return fields
+
+
+def run_details(run: Run, call: AgentCall | None = None) -> None:
     fields = run.to_json()
     fields.pop("request", None)
+    if call is not None:  # what the run was asked, first after its id
+        fields = {
+            "id": fields.pop("id"),
+            "agent": call.agent,
+            "input": _compact(call.input),
+            **fields,
+        }
     width = max(len(k) for k in fields)
     for key, value in fields.items():
         line = Text(key.ljust(width) + "  ", style="bold")
@@ -159,6 +176,62 @@ def run_details(run: Run) -> None:
         else:
             line.append("" if value is None else str(value))
         out.print(line)
+
+
+# A step's result or error in the steps table, clipped; `status --json` has it whole.
+STEP_RESULT_WIDTH = 80
+
+
+def steps_table(steps: Sequence[AgentStep]) -> None:
+    """An agent function's steps by position; a write's effect is shown with it."""
+    table(
+        ["position", "step", "name", "effect", "attempt", "duration", "result"],
+        (
+            [
+                str(s.position),
+                s.step,
+                s.name,
+                Text(s.effect or "", style=EFFECT_STYLE.get(s.effect or "", "")),
+                str(s.attempt),
+                "" if s.duration_ms is None else f"{s.duration_ms:g} ms",
+                Text(s.summary(STEP_RESULT_WIDTH), style="red" if s.error is not None else ""),
+            ]
+            for s in steps
+        ),
+    )
+
+
+EFFECT_STYLE = {"non_idempotent_write": "bold magenta", "idempotent_write": "magenta"}
+
+
+def agents_table(agents: Sequence[dict[str, Any]]) -> None:
+    """Each agent function with its parameters under it: name, type, required or default,
+    description."""
+    rows: list[tuple[Sequence[Cell], Sequence[str]]] = []
+    for agent in agents:
+        found = parameters(agent.get("input_schema"))
+        rows.append(
+            (
+                [
+                    str(agent.get("name")),
+                    plural(len(found), "parameter"),
+                    str(agent.get("description")),
+                ],
+                [_parameter(p) for p in found],
+            )
+        )
+    table_with_notes(["name", "input", "description"], rows)
+
+
+def _parameter(p: Parameter) -> str:
+    if p.required:
+        need = "required"
+    elif p.has_default:
+        need = f"default {_compact(p.default)}"
+    else:
+        need = "optional"
+    about = f" — {p.description}" if p.description else ""
+    return f"{p.name}: {p.type}, {need}{about}"
 
 
 def print_json(value: Any) -> None:
@@ -178,17 +251,45 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+def _at(p: dict[str, Any], named: bool = True) -> str:
+    """An agent function's step: its position, kind and name, before what it did."""
+    position = p.get("position")
+    if isinstance(position, bool) or not isinstance(position, int):
+        return ""
+    name = f" {p.get('name')!r}" if named else ""
+    return f"step {position} {p.get('step')}{name}: "
+
+
+def _step(p: dict[str, Any]) -> str:
+    tail = f"error: {p['error']}" if p.get("error") is not None else _compact(p.get("result"))
+    effect = p.get("effect")
+    return f"{_at(p)}{tail}" + (f"  [{effect}]" if effect and effect != "read_only" else "")
+
+
+def _sleeping(p: dict[str, Any]) -> str:
+    parked = ", parked in the queue" if p.get("parked") else ""
+    return f"{_at(p)}until {p.get('until')}{parked}"
+
+
+def _request(p: dict[str, Any]) -> str:
+    call = agent_call(p)
+    if call is not None:
+        return f"agent {call.agent}, input {_compact(call.input)}, model {p.get('model')}"
+    tools = ", ".join(p.get("tools") or []) or "none"
+    return f"prompt {p.get('prompt')!r}, model {p.get('model')}, tools {tools}"
+
+
 def _llm(p: dict[str, Any]) -> str:
     message = p.get("message") or {}
     calls = message.get("tool_calls") or []
     if calls:
         named = [f"{c['function']['name']}({c['function']['arguments']})" for c in calls]
-        return "calls " + ", ".join(named)
-    return f"says {message.get('content')!r}"
+        return _at(p) + "calls " + ", ".join(named)
+    return f"{_at(p)}says {message.get('content')!r}"
 
 
 def _tool(p: dict[str, Any]) -> str:
-    head = f"{p.get('name')}({_compact(p.get('args', {}))})"
+    head = f"{_at(p, named=False)}{p.get('name')}({_compact(p.get('args', {}))})"
     tail = f"error: {p['error']}" if p.get("error") else _compact(p.get("result"))
     return f"{head} -> {tail}  [{p.get('effect')}, key {p.get('idempotency_key')}]"
 
@@ -215,28 +316,27 @@ def _dead_lettered(p: dict[str, Any]) -> str:
     return f"{p.get('reason')} ({p.get('cause')}): {detail}"
 
 
+_SUMMARIES: dict[EventKind, Callable[[dict[str, Any]], str]] = {
+    EventKind.REQUEST: _request,
+    EventKind.CLAIMED: lambda p: f"by {p.get('worker')} (lease token {p.get('lease_token')})",
+    EventKind.LLM: _llm,
+    EventKind.TOOL: _tool,
+    EventKind.STEP: _step,
+    EventKind.SLEEPING: _sleeping,
+    EventKind.ASSEMBLED: lambda p: f"answer {p.get('output')!r}",
+    EventKind.REQUEUED: _requeued,
+    EventKind.DEAD_LETTERED: _dead_lettered,
+    EventKind.REDRIVEN: lambda p: "by an operator" + (" with --force" if p.get("force") else ""),
+}
+
+
 def summarize(event: Event) -> str:
     if event.damaged is not None:
         return f"DAMAGED {event.damaged}"
     p = event.payload
-    kind = event.kind
-    if kind is EventKind.REQUEST:
-        tools = ", ".join(p.get("tools") or []) or "none"
-        return f"prompt {p.get('prompt')!r}, model {p.get('model')}, tools {tools}"
-    if kind is EventKind.CLAIMED:
-        return f"by {p.get('worker')} (lease token {p.get('lease_token')})"
-    if kind is EventKind.LLM:
-        return _llm(p)
-    if kind is EventKind.TOOL:
-        return _tool(p)
-    if kind is EventKind.ASSEMBLED:
-        return f"answer {p.get('output')!r}"
-    if kind is EventKind.REQUEUED:
-        return _requeued(p)
-    if kind is EventKind.DEAD_LETTERED:
-        return _dead_lettered(p)
-    if kind is EventKind.REDRIVEN:
-        return "by an operator" + (" with --force" if p.get("force") else "")
+    summary = _SUMMARIES.get(event.kind)
+    if summary is not None:
+        return summary(p)
     return _compact(p) if p else ""
 
 

@@ -176,7 +176,20 @@ Handler = Callable[..., int]
 
 
 def _request_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prompt", required=True, metavar="TEXT", help="what the agent should do")
+    p.add_argument(
+        "--prompt", metavar="TEXT", help="what the agent should do (not needed with --agent)"
+    )
+    p.add_argument(
+        "--agent",
+        metavar="NAME",
+        help="run this agent function of the app (see `tenure agents`) instead of the "
+        "built-in loop",
+    )
+    p.add_argument(
+        "--input",
+        metavar="JSON",
+        help="the agent function's input: a JSON object matching its parameters",
+    )
     p.add_argument("--model", default="default", metavar="M", help="a registered model")
     p.add_argument(
         "--tool",
@@ -306,6 +319,9 @@ def build(handlers: dict[str, Handler]) -> Parser:
         metavar="S",
         help="how long a drain waits for in-flight runs before handing them back",
     )
+
+    p = command("agents", "the app's agent functions and the input each takes")
+    p.add_argument("--json", action="store_true", help="a JSON array: name, description, schema")
 
     p = command("reap", "one reaper pass over runs whose lease expired; prints the counts")
     p.add_argument("--limit", type=limit_int, default=50, metavar="N", help="runs looked at")

@@ -238,6 +238,10 @@ class Store(Protocol):
         `{"_damaged": why}`."""
         ...
 
+    def request_event(self, run_id: str) -> Event | None:
+        """The run's first event (its `request`), or None for an unknown run."""
+        ...
+
     def runs(
         self,
         status: RunStatus | None = None,

@@ -94,7 +94,18 @@ class Text(BaseModel):
 
 
 class EnqueueBody(Text):
-    prompt: str = Field(min_length=1, max_length=200_000)
+    prompt: str | None = Field(
+        None, min_length=1, max_length=200_000, description="what the agent should do"
+    )
+    agent: str | None = Field(
+        None,
+        pattern=NAME_PATTERN,
+        description="an agent function of the app (GET /api/agents), instead of the "
+        "built-in loop; prompt is then optional",
+    )
+    input: dict[str, Any] | None = Field(
+        None, description="the agent function's input, checked against its input schema"
+    )
     model: str = Field("default", pattern=NAME_PATTERN)
     tools: list[Annotated[str, Field(pattern=NAME_PATTERN)]] = Field(default_factory=list)
     max_iterations: int = Field(10, ge=1, le=10_000)
@@ -186,14 +197,39 @@ def list_runs(
     reveal: Reveal = False,
 ) -> dict[str, Any]:
     reveal = revealing(request, reveal)
-    runs, next_cursor = web_of(request).page(status, reason, queue, limit, cursor)
-    return {"runs": [_views.run_json(r, reveal=reveal) for r in runs], "next_cursor": next_cursor}
+    web = web_of(request)
+    runs, next_cursor = web.page(status, reason, queue, limit, cursor)
+    calls = web.agent_calls(runs)
+    return {
+        "runs": [_views.run_json(r, reveal=reveal, call=calls[r.id]) for r in runs],
+        "next_cursor": next_cursor,
+    }
 
 
 @router.get("/runs/{run_id}", summary="One run")
 def get_run(request: Request, run_id: RunId, caller: Reader, reveal: Reveal = False) -> Any:
     reveal = revealing(request, reveal)
-    return _views.run_json(web_of(request).run(run_id), reveal=reveal)
+    web = web_of(request)
+    run = web.run(run_id)
+    return _views.run_json(run, reveal=reveal, call=web.agent_call(run_id))
+
+
+@router.get(
+    "/runs/{run_id}/steps",
+    summary="An agent function's run: its steps by position (empty for a built-in run)",
+)
+def get_steps(
+    request: Request, run_id: RunId, caller: Reader, reveal: Reveal = False
+) -> list[dict[str, Any]]:
+    reveal = revealing(request, reveal)
+    web = web_of(request)
+    web.run(run_id)
+    return _views.steps_json(web.runtime.events(run_id), reveal=reveal)
+
+
+@router.get("/agents", summary="The app's agent functions: name, description, input schema")
+def agents(request: Request, caller: Reader) -> list[dict[str, Any]]:
+    return web_of(request).runtime.agents()
 
 
 @router.get("/runs/{run_id}/events", summary="A run's events after a sequence")
@@ -322,6 +358,7 @@ def workers(request: Request, caller: Reader) -> list[dict[str, Any]]:
 def enqueue(request: Request, caller: Writer, body: EnqueueBody) -> dict[str, Any]:
     web = web_of(request)
     fields = body.model_dump(exclude={"delay"})
+    fields["prompt"] = fields["prompt"] or ""
     run_id = web.runtime.enqueue(RunRequest(**fields), delay=body.delay)
     audit.info("enqueue %s by %s (%s)", run_id, caller.actor, caller.via)
     return {"id": run_id}
@@ -435,7 +472,7 @@ def pending(
     rt: Any = web.runtime
     out = []
     for run in rt.pending(limit=limit):
-        data = _views.run_json(run, reveal=reveal)
+        data = _views.run_json(run, reveal=reveal, call=web.agent_call(run.id))
         data["pending_calls"] = [c.to_json() for c in web.held_calls(run.id, caller, reveal=reveal)]
         context = web.held_context(run.id, caller, reveal=reveal)
         data["context"] = context.to_json() if context is not None else None

@@ -20,6 +20,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from tenure import RunStatus, TerminationReason, __version__
 from tenure._errors import InvalidRequest
 from tenure._text import span
+from tenure.agent._steps import agent_call, parameters
 from tenure.web import _overview, _views
 from tenure.web._security import (
     CSRF_FIELD,
@@ -58,6 +59,8 @@ def _time(value: datetime | None) -> str:
 def _ms(value: float | None) -> str:
     if value is None:
         return ""
+    if value < 1:  # a fast local call: "0 ms" would read as not measured
+        return f"{value:.2f} ms"
     return f"{value:.0f} ms" if value < 10_000 else f"{value / 1000:.1f} s"
 
 
@@ -262,6 +265,7 @@ def runs_page(
         now=now,
         reveal=reveal,
         prompts=web.prompts(runs) if reveal else {},
+        agents=web.agent_calls(runs),
         reveal_url="/?" + urlencode({**query, "q": search, "reveal": "true"}),
         bulk=bulk_actions(s, r, queue or None) if not search else [],
         bulk_query=urlencode(query),
@@ -295,11 +299,14 @@ def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
     if web.hitl and run.status in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT):
         calls = web.held_calls(run_id, caller, reveal=reveal)
         context = web.held_context(run_id, caller, reveal=reveal)
+    call = agent_call(events[0]) if events else None
     return render(
         request,
         "run.html",
         run=run,
-        data=_views.run_json(run, reveal=reveal),
+        call=call,
+        data=_views.run_json(run, reveal=reveal, call=call),
+        agent_steps=_views.step_rows(events, reveal=reveal) if call is not None else [],
         steps=_views.timeline(events, reveal=reveal),
         last_sequence=events[-1].sequence if events else -1,
         backoff_until=backoff_until,
@@ -473,6 +480,20 @@ def resume_queue_form(
     queue: Annotated[str, Form(max_length=200)] = "",
 ) -> Response:
     return _queue_form(request, csrf, queue, pause=False)
+
+
+# -- agent functions ---------------------------------------------------------------------------
+
+
+@router.get("/agents")
+def agents_page(request: Request) -> Response:
+    caller = _reader(request)
+    if isinstance(caller, Response):
+        return caller
+    agents = [
+        {**a, "parameters": parameters(a["input_schema"])} for a in web_of(request).runtime.agents()
+    ]
+    return render(request, "agents.html", agents=agents)
 
 
 # -- dead letters and redrive ------------------------------------------------------------------

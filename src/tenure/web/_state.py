@@ -17,6 +17,7 @@ from fastapi import HTTPException, Request
 from tenure import Run, RunStatus, Runtime, TerminationReason, _bulk
 from tenure._types import DEAD_LETTER_REASONS, ToolEffect
 from tenure.agent._held import HeldContext
+from tenure.agent._steps import AgentCall, agent_call
 from tenure.store._base import Store
 from tenure.web import _overview, _views
 from tenure.web._metrics import Metrics
@@ -140,6 +141,14 @@ class Web:
             return [exact]
         needle = fragment.lower()
         return [r for r in self.runtime.runs(limit=SCAN_LIMIT) if needle in r.id.lower()][:limit]
+
+    def agent_call(self, run_id: str) -> AgentCall | None:
+        """The agent function a run calls and its input (None for a built-in run): read
+        from its first event, which outlives the stored request."""
+        return agent_call(self.store.request_event(run_id))
+
+    def agent_calls(self, runs: list[Run]) -> dict[str, AgentCall | None]:
+        return {run.id: self.agent_call(run.id) for run in runs}
 
     def prompts(self, runs: list[Run]) -> dict[str, str]:
         """The first line of each run's prompt: from its stored request, or (a completed run's

@@ -26,6 +26,7 @@ from tenure._types import (
     TerminationReason,
     ToolEffect,
 )
+from tenure.agent._steps import AgentCall, AgentStep, agent_steps
 
 HIDDEN = "<hidden>"
 
@@ -39,13 +40,39 @@ _LIFECYCLE = {
 }
 # Structural payload keys shown without reveal, per event kind.
 _SHOWN: dict[str, frozenset[str]] = {
+    # An agent function's name is code, like a tool's; its input is content, like a prompt.
     EventKind.REQUEST: frozenset(
-        {"model", "tools", "max_iterations", "queue", "idempotency_key", "max_tokens", "max_cost"}
+        {
+            "model",
+            "tools",
+            "max_iterations",
+            "queue",
+            "idempotency_key",
+            "max_tokens",
+            "max_cost",
+            "agent",
+        }
     ),
-    EventKind.LLM: frozenset({"model", "usage"}),
+    # An agent function's step: where it is (position), what (step) and which (name) are
+    # code; its arguments, result and the digest of its arguments are content.
+    EventKind.LLM: frozenset({"model", "usage", "position", "step", "name"}),
     EventKind.TOOL: frozenset(
-        {"name", "call_id", "effect", "error", "idempotency_key", "duration_ms", "resolved_by"}
+        {
+            "name",
+            "call_id",
+            "effect",
+            "error",
+            "idempotency_key",
+            "duration_ms",
+            "resolved_by",
+            "position",
+            "step",
+        }
     ),
+    EventKind.STEP: frozenset(
+        {"position", "step", "name", "effect", "error", "idempotency_key", "duration_ms"}
+    ),
+    EventKind.SLEEPING: frozenset({"position", "step", "name", "until", "parked"}),
     EventKind.ASSEMBLED: frozenset(),
     # The probe's verdict is structure; its result and reason may carry content.
     EventKind.PROBE: frozenset({"name", "idempotency_key", "verdict", "duration_ms"}),
@@ -120,10 +147,16 @@ def _hide_waiting(waiting: Any) -> Any:
     return out
 
 
-def run_json(run: Run, *, reveal: bool) -> dict[str, Any]:
+def run_json(run: Run, *, reveal: bool, call: AgentCall | None = None) -> dict[str, Any]:
+    """A run's row; `agent` and `input` are its agent function's name and input (null for a
+    run of the built-in loop)."""
     data = run.to_json()
     data.pop("request", None)
+    data["agent"] = call.agent if call is not None else None
+    data["input"] = call.input if call is not None else None
     if not reveal:
+        if data["input"] is not None:
+            data["input"] = HIDDEN
         if data.get("output") is not None:
             data["output"] = HIDDEN
         if data.get("waiting") is not None:
@@ -309,8 +342,8 @@ def _llm_title(event: Event, payload: dict[str, Any]) -> str:
     calls = message.get("tool_calls") if isinstance(message, dict) else None
     if calls:
         names = ", ".join(str((c.get("function") or {}).get("name")) for c in calls)
-        return f"model asked for {names}"
-    return "model answered"
+        return f"{_at(payload)}model asked for {names}"
+    return f"{_at(payload)}model answered"
 
 
 def _input_title(event: Event, payload: dict[str, Any]) -> str:
@@ -331,7 +364,26 @@ def _probe_title(event: Event, payload: dict[str, Any]) -> str:
 
 def _tool_title(event: Event, payload: dict[str, Any]) -> str:
     by_probe = " (result from its probe)" if payload.get("resolved_by") == "probe" else ""
-    return f"tool {payload.get('name', '?')}{by_probe}"
+    return f"{_at(payload)}tool {payload.get('name', '?')}{by_probe}"
+
+
+def _at(payload: dict[str, Any]) -> str:
+    """An agent function's step: its position first."""
+    position = payload.get("position")
+    if isinstance(position, bool) or not isinstance(position, int):
+        return ""
+    return f"step {position}: "
+
+
+def _step_title(event: Event, payload: dict[str, Any]) -> str:
+    return f"{_at(payload)}{payload.get('step', '?')} {payload.get('name', '?')}"
+
+
+def _request_title(event: Event, payload: dict[str, Any]) -> str:
+    agent = payload.get("agent")
+    if isinstance(agent, str) and agent:
+        return f"request: agent {agent}, model {payload.get('model', '?')}"
+    return f"request: model {payload.get('model', '?')}"
 
 
 _TITLES: dict[str, Callable[[Event, dict[str, Any]], str]] = {
@@ -347,7 +399,12 @@ _TITLES: dict[str, Callable[[Event, dict[str, Any]], str]] = {
     EventKind.TOOL: _tool_title,
     EventKind.PROBE: _probe_title,
     EventKind.LLM: _llm_title,
-    EventKind.REQUEST: lambda e, p: f"request: model {p.get('model', '?')}",
+    EventKind.REQUEST: _request_title,
+    EventKind.STEP: _step_title,
+    EventKind.SLEEPING: lambda e, p: (
+        f"{_step_title(e, p)} until {p.get('until', '?')}"
+        + (" (parked in the queue)" if p.get("parked") else "")
+    ),
     EventKind.ASSEMBLED: lambda e, p: "final answer",
     EventKind.APPROVAL: lambda e, p: (
         f"{'approved' if p.get('approved') else 'denied'} by {p.get('decided_by', '?')}"
@@ -361,13 +418,17 @@ def _title(event: Event, payload: dict[str, Any]) -> str:
     return title(event, payload) if title is not None else str(event.kind)
 
 
+# Events that record a call's effect and how long it took: a tool's, a `ctx.step` function's.
+_TIMED = (EventKind.TOOL, EventKind.STEP)
+
+
 def timeline(events: Iterable[Event], *, reveal: bool) -> list[Step]:
     steps: list[Step] = []
     previous: datetime | None = None
     for event in events:
         payload = event.payload if reveal else hide_payload(event.kind, event.payload)
         duration: float | None = None
-        if event.kind == EventKind.TOOL and isinstance(payload.get("duration_ms"), int | float):
+        if event.kind in _TIMED and isinstance(payload.get("duration_ms"), int | float):
             duration = float(payload["duration_ms"])
         elif event.kind == EventKind.LLM and previous is not None:
             duration = (event.created_at - previous).total_seconds() * 1000
@@ -380,7 +441,7 @@ def timeline(events: Iterable[Event], *, reveal: bool) -> list[Step]:
                 kind=str(event.kind),
                 at=event.created_at,
                 title=_title(event, payload),
-                effect=str(payload.get("effect") or "") if event.kind == EventKind.TOOL else "",
+                effect=str(payload.get("effect") or "") if event.kind in _TIMED else "",
                 error=_short(error) if error else "",
                 detail=json.dumps(payload, indent=1, default=str, ensure_ascii=False),
                 duration_ms=duration,
@@ -389,6 +450,65 @@ def timeline(events: Iterable[Event], *, reveal: bool) -> list[Step]:
         )
         previous = event.created_at
     return steps
+
+
+# -- an agent function's steps ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One step of an agent function's run, as the dashboard shows it: its outcome is
+    content (None: hidden), except an error, the tools a model asked for, a sleep's end."""
+
+    position: int
+    step: str
+    name: str
+    effect: str
+    outcome: str | None
+    failed: bool
+    duration_ms: float | None
+    sequence: int
+    attempt: int
+
+    @property
+    def is_write(self) -> bool:
+        return self.effect in (ToolEffect.IDEMPOTENT_WRITE, ToolEffect.NON_IDEMPOTENT_WRITE)
+
+
+def _outcome(step: AgentStep, reveal: bool) -> str | None:
+    if step.error is not None or reveal:
+        return step.summary(160)
+    if step.step == "sleep" or (step.step == "model" and str(step.result).startswith("asked for")):
+        return step.summary(160)
+    return None
+
+
+def step_rows(events: Iterable[Event], *, reveal: bool) -> list[StepRow]:
+    return [
+        StepRow(
+            position=s.position,
+            step=s.step,
+            name=s.name,
+            effect=s.effect or "",
+            outcome=_outcome(s, reveal),
+            failed=s.error is not None,
+            duration_ms=s.duration_ms,
+            sequence=s.sequence,
+            attempt=s.attempt,
+        )
+        for s in agent_steps(events)
+    ]
+
+
+def steps_json(events: Iterable[Event], *, reveal: bool) -> list[dict[str, Any]]:
+    """An agent function's steps by position; their results hidden unless revealed."""
+    out = []
+    for s in agent_steps(events):
+        data = s.to_json()
+        if not reveal and data["result"] is not None:
+            data["result"] = _outcome(s, False) or HIDDEN
+        out.append(data)
+    return out
 
 
 # -- the effect-aware dry run of a redrive ---------------------------------------------------

@@ -312,6 +312,15 @@ SELECT kind, payload
  WHERE run_id = :id
  ORDER BY sequence;
 
+-- name: request_event
+-- A run's first event, its request: what it was asked to do (an agent function's name and
+-- input), read without the rest of its journal.
+SELECT run_id, sequence, attempt, kind, payload, created_at, lease_token
+  FROM tenure_events
+ WHERE run_id = :id
+ ORDER BY sequence
+ LIMIT 1;
+
 -- name: runs
 SELECT {run_columns}, NULL FROM tenure_runs
  WHERE (:status IS NULL OR status = :status)
