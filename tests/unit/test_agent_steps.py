@@ -1,4 +1,4 @@
-"""How an agent function's run reads to people (`tenure.agent._steps`): its steps by position
+"""How an agent function's run reads to people (`tenure.agent._runviews`): its steps by position
 as replay reads them, a damaged or odd event never taking a listing down, and an input
 schema's parameters in words."""
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tenure import Event, EventKind
-from tenure.agent._steps import agent_call, agent_steps, parameters, type_name
+from tenure.agent._runviews import agent_call, agent_steps, parameters, type_name
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

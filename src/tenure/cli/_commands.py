@@ -25,7 +25,7 @@ from tenure import (
 )
 from tenure._command import CliError, Context, NotFound, UsageError
 from tenure._policy import MAX_NESTING_DEPTH
-from tenure.agent._steps import agent_call, agent_steps
+from tenure.agent._runviews import agent_call, agent_steps
 from tenure.cli._follow import follow
 from tenure.cli._human import HANDLERS as human_handlers
 from tenure.cli._output import (

@@ -11,7 +11,7 @@ from tenure import DecisionConflict, Run, RunStatus
 from tenure._command import CliError, Context, NotFound, UsageError
 from tenure._text import span
 from tenure.agent._held import HeldContext
-from tenure.agent._steps import agent_call
+from tenure.agent._runviews import agent_call
 from tenure.cli._output import (
     Cell,
     clip,

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tenure import Event, EventKind, Run, RunStatus, TerminationReason
-from tenure.agent._steps import AgentCall, AgentStep, Parameter, agent_call, parameters
+from tenure.agent._runviews import AgentCall, AgentStep, Parameter, agent_call, parameters
 from tenure.store._base import ModelState
 
 # markup=False: run outputs, errors and prompts are user text and must print verbatim.

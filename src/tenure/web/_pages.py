@@ -20,7 +20,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from tenure import RunStatus, TerminationReason, __version__
 from tenure._errors import InvalidRequest
 from tenure._text import span
-from tenure.agent._steps import agent_call, parameters
+from tenure.agent._runviews import agent_call, parameters
 from tenure.web import _overview, _views
 from tenure.web._security import (
     CSRF_FIELD,

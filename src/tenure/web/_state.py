@@ -17,7 +17,7 @@ from fastapi import HTTPException, Request
 from tenure import Run, RunStatus, Runtime, TerminationReason, _bulk
 from tenure._types import DEAD_LETTER_REASONS, ToolEffect
 from tenure.agent._held import HeldContext
-from tenure.agent._steps import AgentCall, agent_call
+from tenure.agent._runviews import AgentCall, agent_call
 from tenure.store._base import Store
 from tenure.web import _overview, _views
 from tenure.web._metrics import Metrics

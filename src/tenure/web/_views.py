@@ -26,7 +26,7 @@ from tenure._types import (
     TerminationReason,
     ToolEffect,
 )
-from tenure.agent._steps import AgentCall, AgentStep, agent_steps
+from tenure.agent._runviews import AgentCall, AgentStep, agent_steps
 
 HIDDEN = "<hidden>"
 
