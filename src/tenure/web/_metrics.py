@@ -317,7 +317,8 @@ class ObservedStore:
             last = self._boundaries.get(key)
             if key in self._boundaries:
                 self._boundaries[key] = now
-        step = next((e for e in events if e.kind in (EventKind.LLM, EventKind.TOOL)), None)
+        stepped = (EventKind.LLM, EventKind.TOOL, EventKind.STEP)  # STEP: an agent function's
+        step = next((e for e in events if e.kind in stepped), None)
         if step is not None and last is not None:
             self.metrics.step_seconds.labels(str(step.kind)).observe(now - last)
             if self.tracing is not None:
@@ -417,9 +418,17 @@ class ObservedStore:
             self._missed(lease)
         return won
 
-    def park(self, lease: Lease, delay: float, payload: dict[str, Any]) -> bool:
-        won = self.inner.park(lease, delay, payload)
-        if won:
+    def park(
+        self,
+        lease: Lease,
+        delay: float,
+        payload: dict[str, Any],
+        kind: EventKind = EventKind.THROTTLED,
+    ) -> bool:
+        won = self.inner.park(lease, delay, payload, kind)
+        if won and kind is EventKind.SLEEPING:  # an agent function's long sleep
+            self._ended(lease, "sleeping")
+        elif won:
             model, why = str(payload.get("model", "")), str(payload.get("why", ""))
             self.metrics.parked.labels(model, why).inc()
             self._ended(lease, "parked")
