@@ -299,7 +299,7 @@ def _complete(
 ) -> ModelReply:
     if not top:  # a Fallback member runs inside its chain's deadline
         return provider.complete(call)
-    with segment.step_deadline(timeout):
+    with segment.step_deadline(timeout, f"model {call.request.model}"):
         return provider.complete(call)
 
 

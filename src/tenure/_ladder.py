@@ -80,6 +80,21 @@ class Engine:
         return self.model_timeouts.get(name, _policy.DEFAULT_MODEL_TIMEOUT)
 
 
+@dataclass(frozen=True)
+class StepInFlight:
+    """The step a segment is executing now, as the worker that may give it up sees it."""
+
+    sequence: int  # the sequence its event will take
+    what: str  # "tool NAME", "model NAME", "probe of tool NAME"
+    timeout: float
+    deadline: float  # time.monotonic
+    fence: ToolEffect | None  # the fence standing while it runs
+
+    @property
+    def why(self) -> str:
+        return f"step {self.sequence} ({self.what}) ran past its deadline of {self.timeout:g} s"
+
+
 @dataclass
 class Segment(ToolSteps, Endings):
     engine: Engine
@@ -98,7 +113,7 @@ class Segment(ToolSteps, Endings):
     _abort: threading.Event = field(default_factory=threading.Event)
     _lost_cancelled: bool = False
     _kept: bool = False  # the lease keeper renews this segment's lease
-    _deadline: float | None = None  # the step in flight's deadline (time.monotonic)
+    _step: StepInFlight | None = None  # the step in flight, with its deadline
     # Raw JSON of the call an in-doubt fence stands for (SPEC §16), from the claim: asked
     # of its tool's probe before anything else.
     fence_call: str | None = None
@@ -127,17 +142,29 @@ class Segment(ToolSteps, Endings):
         return self.engine.settings.lease_seconds
 
     def renewable(self, now: float) -> bool:
-        """Renewed only while the step in flight is within its deadline: a hung step lets
-        its lease expire, and the reaper handles the run as a dead worker's."""
-        return self._deadline is None or now <= self._deadline
+        """Renewed only while the step in flight is within its deadline (a hung step lets
+        its lease expire, and the reaper handles the run), and never once the segment was
+        given up: a step that returns after that must not renew what it no longer holds."""
+        step = self._step
+        return not self._abort.is_set() and (step is None or now <= step.deadline)
 
-    def overdue(self, now: float) -> bool:
-        """The step in flight has run past its deadline (a hung tool or model call)."""
-        return self._deadline is not None and now > self._deadline
+    def past_deadline(self, now: float) -> StepInFlight | None:
+        """The step in flight, if it has run past its deadline (a hung tool or model call).
+        One read of the step: what a caller decides on is this step, not the next one."""
+        step = self._step
+        return step if step is not None and now > step.deadline else None
 
     def step_time_left(self, now: float) -> float:
         """Seconds until the step in flight reaches its deadline (0 without one)."""
-        return 0.0 if self._deadline is None else max(0.0, self._deadline - now)
+        step = self._step
+        return 0.0 if step is None else max(0.0, step.deadline - now)
+
+    def mark_past_deadline(self, step: StepInFlight) -> bool:
+        """Say on the run why its lease is about to lapse (SPEC §15): the reaper reports this
+        step past its deadline instead of a worker that stopped renewing. Guarded by the
+        lease and by the step: refused once the lease expired (a reaper may have requeued
+        the run already) or once the step recorded its event or changed the fence."""
+        return self.store.mark_step_deadline(self.lease, step.sequence - 1, step.fence, step.why)
 
     def lose(self, cancelled: bool) -> None:
         """The keeper's renewal missed: the run is no longer ours. The step in flight is
@@ -309,7 +336,8 @@ class Segment(ToolSteps, Endings):
         capacity = self.engine.capacity
         if capacity is not None:
             return capacity.call(self, provider, call)
-        with self.step_deadline(self.engine.model_timeout(call.request.model)):
+        model = call.request.model
+        with self.step_deadline(self.engine.model_timeout(model), f"model {model}"):
             return provider.complete(call)
 
     def _through(self, provider: Provider, call: ModelCall) -> ModelReply:
@@ -334,13 +362,16 @@ class Segment(ToolSteps, Endings):
         return self._result(outcome)
 
     @contextlib.contextmanager
-    def step_deadline(self, timeout: float) -> Iterator[None]:
-        """A step in flight: the keeper renews the lease until `timeout` has passed."""
-        self._deadline = time.monotonic() + timeout
+    def step_deadline(self, timeout: float, what: str) -> Iterator[None]:
+        """A step in flight (`what`: "tool NAME", "model NAME"): the keeper renews the lease
+        until `timeout` has passed."""
+        self._step = StepInFlight(
+            self._next_sequence(), what, timeout, time.monotonic() + timeout, self._fence
+        )
         try:
             yield
         finally:
-            self._deadline = None
+            self._step = None
 
     def _record(self, events: list[NewEvent], usage: Usage = NO_USAGE) -> list[int]:
         """Heartbeat and append in one transaction (the step boundary)."""
