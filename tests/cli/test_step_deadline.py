@@ -16,7 +16,8 @@ def test_a_step_past_its_deadline_is_shown_as_such(cli: Cli) -> None:
     """The tool hangs on every attempt under a budget of one requeue: its first attempt is
     requeued for its deadline, its second dead-lettered for it, and each place that shows
     the run says so."""
-    rt = tenure.Runtime(cli.url, lease_seconds=0.6, max_requeues=1)
+    # The lease outlives the worker's look for hung steps after the deadline (every 0.5 s).
+    rt = tenure.Runtime(cli.url, lease_seconds=2.0, max_requeues=1)
     unblock = threading.Event()
 
     @rt.tool(timeout=0.3)

@@ -18,6 +18,10 @@ from tenure.store import Lease
 
 MakeRuntime = Callable[..., tenure.Runtime]
 STALE_ERROR = "lease expired: the worker stopped renewing it"
+# A lease that outlives the worker's look for hung steps (every HUNG_CHECK_SECONDS) after a
+# step's deadline: the keeper's last renewal leaves at least two thirds of it. (With a lease
+# shorter than that the mark may come too late, and the run is reported as a stale lease.)
+LEASE = 2.0
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
@@ -72,7 +76,7 @@ def _requeues(rt: tenure.Runtime, run_id: str) -> list[dict[str, Any]]:
 
 
 def test_a_step_past_its_deadline_is_requeued_as_such(make_runtime: MakeRuntime) -> None:
-    rt = make_runtime(lease_seconds=0.6)
+    rt = make_runtime(lease_seconds=LEASE)
     unblock, looked = threading.Event(), threading.Event()
     run_id = _stuck_on_first_attempt(rt, unblock, then=looked)
     seen: list[tenure.Run] = []
@@ -179,7 +183,7 @@ def test_a_hung_step_that_returns_before_the_mark_records_nothing(
     """The step was given up before the mark: its late result is refused in-process and
     never recorded, so the step the mark names is still the last one, and the mark says
     why the lease lapsed."""
-    rt = make_runtime(lease_seconds=2.0)  # outlives the stall: the mark is not late
+    rt = make_runtime(lease_seconds=LEASE)  # outlives the stall too: the mark is not late
     unblock, returned = threading.Event(), threading.Event()
     run_id = _stuck_on_first_attempt(rt, unblock, returned=returned)
     store = StepReturnsBeforeTheMark(rt.store, unblock, returned)
