@@ -202,3 +202,33 @@ def test_a_hung_step_that_returns_before_the_mark_records_nothing(
     assert requeued["cause"] == "step_deadline"
     tool_results = [e.payload["result"] for e in rt.events(run_id) if e.kind is EventKind.TOOL]
     assert tool_results == [1]
+
+
+def test_an_agent_functions_step_past_its_deadline_is_requeued_as_such(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The same for a step of an agent function (SPEC §20): one engine, one mark."""
+    rt = make_runtime(lease_seconds=LEASE)
+    unblock = threading.Event()
+
+    @rt.tool(timeout=0.3)
+    def stuck(ctx: tenure.ToolContext) -> int:
+        if ctx.attempt == 0:
+            unblock.wait(30)
+        return ctx.attempt
+
+    @rt.agent
+    def flow(ctx: tenure.AgentContext) -> Any:
+        return ctx.tool("stuck")
+
+    run_id = rt.enqueue(RunRequest(agent="flow", input={}, model="scripted"))
+    worker = rt.worker(concurrency=1, poll_interval=0.05)
+    try:
+        _work_until_completed(worker, rt, run_id)
+    finally:
+        unblock.set()
+    (requeued,) = _requeues(rt, run_id)
+    assert requeued["cause"] == "step_deadline"
+    assert requeued["why"].endswith("(tool stuck) ran past its deadline of 0.3 s")
+    assert rt.status(run_id).output == "1"  # type: ignore[union-attr]
+    assert audit(rt.store).violations == []
