@@ -314,7 +314,7 @@ def _complete(
 ) -> ModelReply:
     if not top:  # a Fallback member runs inside its chain's deadline
         return provider.complete(call)
-    with steps.step_deadline(timeout):
+    with steps.step_deadline(timeout, f"model {call.request.model}"):
         return provider.complete(call)
 
 

@@ -157,7 +157,9 @@ def _run_probe(steps: Steps, tool: Tool, context: ToolContext, values: dict[str,
 
     thread = threading.Thread(target=ask, name=f"tenure-probe-{tool.name}", daemon=True)
     deadline = time.monotonic() + tool.timeout
-    with steps.step_deadline(tool.timeout + PROBE_VERDICT_GRACE_SECONDS):
+    with steps.step_deadline(
+        tool.timeout + PROBE_VERDICT_GRACE_SECONDS, f"probe of tool {tool.name}"
+    ):
         thread.start()
         # Wait for the answer, the timeout, or the run leaving this segment (the keeper's
         # abort): then nothing more is written, whatever the probe says later. The wait

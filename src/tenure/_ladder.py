@@ -25,7 +25,7 @@ from tenure._errors import (
     Throttled,
     UnknownModel,
 )
-from tenure._steps import Settings, Steps
+from tenure._steps import Settings, StepInFlight, Steps
 from tenure._types import (
     Event,
     EventKind,
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from tenure._publisher import DeltaPublisher
     from tenure.agent._functions import AgentFunction
 
-__all__ = ["Engine", "Segment", "Settings"]
+__all__ = ["Engine", "Segment", "Settings", "StepInFlight"]
 
 log = logging.getLogger("tenure")
 
@@ -119,8 +119,11 @@ class Segment:
     def renewable(self, now: float) -> bool:
         return self.steps.renewable(now)
 
-    def overdue(self, now: float) -> bool:
-        return self.steps.overdue(now)
+    def past_deadline(self, now: float) -> StepInFlight | None:
+        return self.steps.past_deadline(now)
+
+    def mark_past_deadline(self, step: StepInFlight) -> bool:
+        return self.steps.mark_past_deadline(step)
 
     def step_time_left(self, now: float) -> float:
         return self.steps.step_time_left(now)
@@ -143,8 +146,8 @@ class Segment:
         """Set when the run is no longer this segment's: what a step in flight watches."""
         return self.steps.abort
 
-    def step_deadline(self, timeout: float) -> AbstractContextManager[None]:
-        return self.steps.step_deadline(timeout)
+    def step_deadline(self, timeout: float, what: str) -> AbstractContextManager[None]:
+        return self.steps.step_deadline(timeout, what)
 
     @property
     def wrote_anything(self) -> bool:
@@ -318,7 +321,8 @@ class Segment:
                 timeout_of=self.engine.model_timeout,
                 interactive=self.interactive,
             )
-        with self.steps.step_deadline(self.engine.model_timeout(call.request.model)):
+        model = call.request.model
+        with self.steps.step_deadline(self.engine.model_timeout(model), f"model {model}"):
             return provider.complete(call)
 
     def through(self, provider: Provider, call: ModelCall) -> ModelReply:

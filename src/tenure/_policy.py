@@ -157,26 +157,29 @@ def reap(
     requeue_count: int,
     max_requeues: int,
     probe: bool = False,
+    step_deadline: str | None = None,
 ) -> DeadLetter | InDoubt | None:
     """What the reaper does with a run whose lease expired (SPEC §7, §16); None means
-    requeue."""
+    requeue. `step_deadline` is why the lease lapsed when its worker said so (a step past
+    its deadline): the decision is the same, its reason names that cause."""
+    lapsed = "lease expired" if step_deadline is None else f"{step_deadline},"
     fenced = pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE
     if fenced and probe and has_request:
-        return _in_doubt(requeue_count, max_requeues, "lease expired during")
+        return _in_doubt(requeue_count, max_requeues, f"{lapsed} during")
     if fenced:
         return DeadLetter(
             TerminationReason.NOT_RETRYABLE,
-            "lease expired during a non-idempotent write; it may have happened",
+            f"{lapsed} during a non-idempotent write; it may have happened",
         )
     if not has_request:
         return DeadLetter(
             TerminationReason.NOT_RETRYABLE,
-            "lease expired on an interactive run; nothing can re-execute it",
+            f"{lapsed} on an interactive run; nothing can re-execute it",
         )
     if requeue_count >= max_requeues:
         return DeadLetter(
             TerminationReason.RETRIES_EXHAUSTED,
-            f"lease expired and the requeue budget is spent ({requeue_count} of {max_requeues})",
+            f"{lapsed} and the requeue budget is spent ({requeue_count} of {max_requeues})",
         )
     return None
 

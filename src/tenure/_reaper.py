@@ -72,16 +72,21 @@ class Reaper:
             stale.requeue_count,
             self.max_requeues,
             probe=stale.fence_probe,
+            step_deadline=stale.step_deadline,
         )
         if isinstance(verdict, _policy.InDoubt):
-            if not self.store.requeue_in_doubt_stale(stale):
+            if not self.store.requeue_in_doubt_stale(stale, verdict.why):
                 return "skipped"
             log.info("reaper: run %s requeued in doubt (its write's probe will tell)", stale.run_id)
             return "requeued"
         if verdict is None:
             if not self.store.requeue_stale(stale):
                 return "skipped"
-            log.info("reaper: run %s requeued", stale.run_id)
+            log.info(
+                "reaper: run %s requeued (%s)",
+                stale.run_id,
+                stale.step_deadline or "its worker stopped renewing its lease",
+            )
             return "requeued"
         if not self.store.dead_letter_stale(stale, verdict.reason, verdict.why):
             return "skipped"

@@ -59,6 +59,21 @@ class WriteInDoubt(ProviderError):
         )
 
 
+@dataclass(frozen=True)
+class StepInFlight:
+    """The step a segment is executing now, as the worker that may give it up sees it."""
+
+    sequence: int  # the sequence its event will take
+    what: str  # "tool NAME", "model NAME", "probe of tool NAME", "sleep"
+    timeout: float
+    deadline: float  # time.monotonic
+    fence: ToolEffect | None  # the fence standing while it runs
+
+    @property
+    def why(self) -> str:
+        return f"step {self.sequence} ({self.what}) ran past its deadline of {self.timeout:g} s"
+
+
 @dataclass
 class Steps:
     """The guarded writes of one segment, and the state they keep: the fence standing, the
@@ -83,7 +98,7 @@ class Steps:
     # Set when the run is no longer this segment's; aborts the step in flight.
     abort: threading.Event = field(default_factory=threading.Event)
     lost_cancelled: bool = False
-    deadline: float | None = None  # the step in flight's deadline (time.monotonic)
+    step: StepInFlight | None = None  # the step in flight, with its deadline
 
     def __post_init__(self) -> None:
         if self.fence_call is not None:  # the fence the run was requeued with still stands
@@ -100,17 +115,29 @@ class Steps:
     # -- what the lease keeper asks --------------------------------------------------------
 
     def renewable(self, now: float) -> bool:
-        """Renewed only while the step in flight is within its deadline: a hung step lets
-        its lease expire, and the reaper handles the run as a dead worker's."""
-        return self.deadline is None or now <= self.deadline
+        """Renewed only while the step in flight is within its deadline (a hung step lets
+        its lease expire, and the reaper handles the run), and never once the segment was
+        given up: a step that returns after that must not renew what it no longer holds."""
+        step = self.step
+        return not self.abort.is_set() and (step is None or now <= step.deadline)
 
-    def overdue(self, now: float) -> bool:
-        """The step in flight has run past its deadline (a hung tool or model call)."""
-        return self.deadline is not None and now > self.deadline
+    def past_deadline(self, now: float) -> StepInFlight | None:
+        """The step in flight, if it has run past its deadline (a hung tool or model call).
+        One read of the step: what a caller decides on is this step, not the next one."""
+        step = self.step
+        return step if step is not None and now > step.deadline else None
 
     def step_time_left(self, now: float) -> float:
         """Seconds until the step in flight reaches its deadline (0 without one)."""
-        return 0.0 if self.deadline is None else max(0.0, self.deadline - now)
+        step = self.step
+        return 0.0 if step is None else max(0.0, step.deadline - now)
+
+    def mark_past_deadline(self, step: StepInFlight) -> bool:
+        """Say on the run why its lease is about to lapse (SPEC §15): the reaper reports this
+        step past its deadline instead of a worker that stopped renewing. Guarded by the
+        lease and by the step: refused once the lease expired (a reaper may have requeued
+        the run already) or once the step recorded its event or changed the fence."""
+        return self.store.mark_step_deadline(self.lease, step.sequence - 1, step.fence, step.why)
 
     def lose(self, cancelled: bool) -> None:
         """The run is no longer ours: the step in flight is aborted and every later write is
@@ -119,13 +146,16 @@ class Steps:
         self.abort.set()
 
     @contextlib.contextmanager
-    def step_deadline(self, timeout: float) -> Iterator[None]:
-        """A step in flight: the keeper renews the lease until `timeout` has passed."""
-        self.deadline = time.monotonic() + timeout
+    def step_deadline(self, timeout: float, what: str) -> Iterator[None]:
+        """A step in flight (`what`: "tool NAME", "model NAME"): the keeper renews the lease
+        until `timeout` has passed."""
+        self.step = StepInFlight(
+            self.next_sequence(), what, timeout, time.monotonic() + timeout, self.fence
+        )
         try:
             yield
         finally:
-            self.deadline = None
+            self.step = None
 
     # -- holding the run -------------------------------------------------------------------
 
@@ -188,7 +218,8 @@ class Steps:
             self.run_id, self.lease.attempt, key, self.lease.token, tool.effect, self.abort
         )
         try:
-            with self.step_deadline(tool.timeout):
+            what = f"{'step' if where.get('step') == 'step' else 'tool'} {tool.name}"
+            with self.step_deadline(tool.timeout, what):
                 return to_json_value(invoke(context)), None
         except ProviderError:
             raise  # a classified failure fails the step: failure recovery decides

@@ -41,7 +41,7 @@ from tenure._endings import Ending
 from tenure._errors import DatabaseGone, StoreError
 from tenure._handback import hand_back
 from tenure._heartbeat import Heartbeat, describe_worker
-from tenure._ladder import Engine, Segment
+from tenure._ladder import Engine, Segment, StepInFlight
 from tenure._reaper import Reaper
 from tenure._types import Outcome
 from tenure.store._base import Claimed, Lease
@@ -318,26 +318,51 @@ class Worker:
         """A step past its deadline (a tool that never returns) must not hold its slot
         forever: the segment is abandoned (its lease is no longer renewed, every write it
         tries later is refused), a new slot thread takes its place, and the old thread ends
-        when the step returns, if it ever does. Looked at every `HUNG_CHECK_SECONDS`."""
+        when the step returns, if it ever does. The run is marked with that cause, for the
+        reaper to report when the lease lapses. Looked at every `HUNG_CHECK_SECONDS`."""
         now = time.monotonic()
         if now < self._next_hung_check:
             return
         self._next_hung_check = now + HUNG_CHECK_SECONDS
         with self._lock:
-            hung = [s for s in self._active.values() if s.overdue(now)]
-            for segment in hung:
+            hung = [(s, step) for s in self._active.values() if (step := s.past_deadline(now))]
+            for segment, _ in hung:
                 del self._active[segment.run_id]
                 self._abandoned.add(segment.lease)
                 self._inflight -= 1
-        for segment in hung:
+        for segment, step in hung:
+            # Given up before the mark: a step that returns from here on records nothing,
+            # so the step the mark names stays the run's last word under this lease.
             segment.lose(cancelled=False)
             self._completer.forget(segment.run_id)
             log.warning(
-                "run %s: its step ran past its deadline; the slot is given back (the step's "
-                "thread is abandoned, and nothing it returns is recorded)",
+                "run %s: %s; the slot is given back (the step's thread is abandoned, and "
+                "nothing it returns is recorded)",
                 segment.run_id,
+                step.why,
             )
             self._start_slot()
+            self._mark_past_deadline(segment, step)
+
+    def _mark_past_deadline(self, segment: Segment, step: StepInFlight) -> None:
+        try:
+            marked = segment.mark_past_deadline(step)
+        except StoreError as exc:
+            log.warning(
+                "run %s: its step's deadline could not be recorded (%s); the reaper will "
+                "report a lease expiry",
+                segment.run_id,
+                describe(exc),
+            )
+            return
+        if not marked:
+            # The lease expired first (the reaper may have requeued the run already: its
+            # requeue stands as written), or the step ended in between.
+            log.info(
+                "run %s: its step's deadline was not recorded: the run changed since the "
+                "step was given up",
+                segment.run_id,
+            )
 
     def _slot(self) -> None:
         while (item := self._take()) is not None:

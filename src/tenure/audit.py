@@ -59,7 +59,10 @@ LEASE_LOST_MARK = "lease_lost"
 # Far more runs than any database the audit is meant for; `runs()` needs a bound.
 MAX_RUNS = 10_000_000
 _OWNER_KINDS = frozenset({EventKind.LLM, EventKind.TOOL, EventKind.STEP, EventKind.ASSEMBLED})
-_CHARGED_CAUSES = frozenset({"failure", "stale", "in_doubt"})
+_CHARGED_CAUSES = frozenset({"failure", "stale", "step_deadline", "in_doubt"})
+# Written by the reaper once a lease expired: a worker that stopped renewing it, or one that
+# gave up a step past its deadline and said so (SPEC §15). The same rules hold for both.
+_REAPER_CAUSES = frozenset({"stale", "step_deadline"})
 # A claimed run handed back before its segment started: its attempt is not counted.
 _UNSTARTED_CAUSES = frozenset({"unstarted", "unserved"})
 _HUMAN_KINDS = frozenset({EventKind.APPROVAL, EventKind.INPUT})
@@ -283,7 +286,7 @@ def _on_assembled(w: _Walk, e: Event) -> None:
 
 def _by_reaper(e: Event) -> bool:
     """A stale requeue (plain, or in doubt) is written by the reaper, not the segment."""
-    return e.payload.get("cause") == "stale" or bool(e.payload.get("stale"))
+    return e.payload.get("cause") in _REAPER_CAUSES or bool(e.payload.get("stale"))
 
 
 def _on_requeued(w: _Walk, e: Event) -> None:
@@ -301,7 +304,7 @@ def _on_requeued(w: _Walk, e: Event) -> None:
 
 
 def _on_dead_lettered(w: _Walk, e: Event) -> None:
-    w.release(e, by_owner=e.payload.get("cause") != "stale")
+    w.release(e, by_owner=e.payload.get("cause") not in _REAPER_CAUSES)
     w.dead_letters.append(_DeadLetter(e, w.charged))
 
 
@@ -388,7 +391,7 @@ def _dead_letter_problem(
             TerminationReason.NOT_RETRYABLE: not retryable or fenced,
             TerminationReason.RETRIES_EXHAUSTED: retryable and not fenced and spent,
         }
-    elif cause == "stale":
+    elif cause in _REAPER_CAUSES:
         allowed = {
             TerminationReason.NOT_RETRYABLE: fenced or interactive,
             TerminationReason.RETRIES_EXHAUSTED: spent and not fenced and not interactive,

@@ -68,6 +68,15 @@ def _all_rows(path: Path, table: str = "tenure_runs") -> list[tuple[object, ...]
     return rows
 
 
+def _as_before(path: Path, before: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
+    """The run rows now, in the columns they had before; a column added by a later
+    migration (appended at the end) holds nothing yet."""
+    width = len(before[0])
+    rows = _all_rows(path)
+    assert all(set(row[width:]) <= {None} for row in rows)
+    return [row[:width] for row in rows]
+
+
 @pytest.fixture
 def upgraded(tmp_path: Path) -> tuple[Path, list[tuple[object, ...]], SQLiteStore]:
     path = tmp_path / "old.db"
@@ -85,7 +94,7 @@ def test_every_row_and_value_survives_the_rebuild(
     try:
         assert store.schema_version() >= REBUILT
         assert len(before) == len(ROWS)
-        assert _all_rows(path) == before
+        assert _as_before(path, before) == before
         assert _all_rows(path, "tenure_workers") == [
             ("worker:h:1:0", "h", 1, None, 4, 2, 10.0, "running", 1.0, 2.0, None),
             ("worker:h:2:0", "h", 2, '["mail"]', 1, 0, 10.0, "stopped", 1.0, 3.0, 3.0),
@@ -142,4 +151,4 @@ def test_the_rebuilt_tables_still_refuse_what_their_checks_refuse(
             with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
                 conn.execute(sql)
     conn.close()
-    assert _all_rows(path) == before
+    assert _as_before(path, before) == before

@@ -36,6 +36,7 @@ GUARD_COLUMNS = {
     "termination_reason",
     "wait_deadline",
     "queue",
+    "deadline_token",
 }
 _WHERE = re.compile(r"\bWHERE\b(.*?)(?=\bRETURNING\b|\bORDER BY\b|\bLIMIT\b|$)", re.S | re.I)
 _PARAM = re.compile(r":(\w+)|%\((\w+)\)s|'\$\.(\w+)'|\bb\.(\w+)")
@@ -114,6 +115,7 @@ OWNER_WRITES = {
     "renew_leases",
     "mark_fence",
     "clear_fence",
+    "mark_step_deadline",
     "requeue",
     "requeue_in_doubt",
     "hand_back",

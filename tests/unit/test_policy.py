@@ -71,6 +71,25 @@ def test_reaper_order() -> None:
     assert _policy.reap(None, True, 0, 0) is not None  # a zero budget never requeues
 
 
+def test_a_step_past_its_deadline_changes_the_reapers_words_not_its_decision() -> None:
+    why = "step 3 (tool pay) ran past its deadline of 60 s"
+    cases = [
+        (NON_IDEMPOTENT, True, 0, False),  # dead-letter: the write may have happened
+        (NON_IDEMPOTENT, True, 0, True),  # in doubt: the probe will tell
+        (NON_IDEMPOTENT, True, 3, True),  # in doubt, budget spent: dead-letter
+        (None, False, 0, False),  # interactive: nothing can re-execute it
+        (None, True, 3, False),  # budget spent
+    ]
+    for effect, has_request, count, probe in cases:
+        plain = _policy.reap(effect, has_request, count, 3, probe)
+        said = _policy.reap(effect, has_request, count, 3, probe, step_deadline=why)
+        assert type(said) is type(plain) and plain is not None and said is not None
+        assert getattr(said, "reason", None) == getattr(plain, "reason", None)
+        assert said.why.startswith(f"{why}, ") and "lease expired" not in said.why
+        assert plain.why.startswith("lease expired")
+    assert _policy.reap(None, True, 0, 3, step_deadline=why) is None  # a plain requeue
+
+
 def test_drain() -> None:
     assert _policy.drain(None) is None
     assert _policy.drain(ToolEffect.IDEMPOTENT_WRITE) is None

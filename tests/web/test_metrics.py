@@ -87,6 +87,24 @@ def test_reaper_passes_stale_requeues_and_lease_losses(rt: tenure.Runtime) -> No
     assert value(text, "tenure_lease_losses_total") == 1
 
 
+def test_a_requeue_for_a_step_past_its_deadline_is_counted_by_that_cause(
+    rt: tenure.Runtime,
+) -> None:
+    metrics = Metrics()
+    instrument(rt, metrics)
+    run_id = rt.enqueue(RunRequest(prompt="x", script=[{"say": "x"}]))
+    claimed = rt.store.claim_run(run_id, "worker:hung:1:1", 0.3)
+    assert claimed is not None
+    why = "step 2 (tool t) ran past its deadline of 1 s"
+    assert rt.store.mark_step_deadline(claimed.lease, claimed.last_sequence, None, why)
+    time.sleep(0.45)
+    assert rt.reap().requeued == 1
+    client = TestClient(create_app(rt, token=TOKEN, metrics=metrics))
+    text = client.get("/metrics", headers=AUTH).text
+    assert value(text, "tenure_requeues_total", cause="step_deadline") == 1
+    assert value(text, "tenure_requeues_total", cause="stale") == 0
+
+
 def test_a_cancelled_run_is_not_a_lease_loss(rt: tenure.Runtime) -> None:
     metrics = Metrics()
     instrument(rt, metrics)

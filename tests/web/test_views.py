@@ -57,6 +57,28 @@ def test_timeline_titles_and_segments() -> None:
     assert '"p"' not in steps[0].detail
 
 
+def test_a_requeue_for_a_step_past_its_deadline_says_which_step() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    why = "step 3 (tool stuck) ran past its deadline of 0.3 s"
+    events = [
+        Event("r", 4, 0, EventKind.REQUEUED, {"cause": "step_deadline", "why": why}, at, 1),
+        Event(
+            "r",
+            8,
+            1,
+            EventKind.REQUEUED,
+            {"cause": "in_doubt", "stale": True, "step_deadline": True, "why": f"{why}, …"},
+            at,
+            2,
+        ),
+    ]
+    steps = timeline(events, reveal=False)
+    assert [s.title for s in steps] == [
+        f"requeued (step_deadline): {why}",
+        f"requeued (in_doubt): {why}, …",
+    ]
+
+
 def test_counts_include_every_status_and_reason() -> None:
     c = counts(
         {

@@ -604,7 +604,7 @@ class AgentContext:
         if found is None:
             self._record([NewEvent(EventKind.SLEEPING, {**payload, "parked": False})])
         if left > 0:
-            with segment.step_deadline(left + segment.lease_seconds):
+            with segment.step_deadline(left + segment.lease_seconds, "sleep"):
                 if segment.abort_signal.wait(left):
                     segment.steps.check_held()
 

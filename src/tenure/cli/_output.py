@@ -301,6 +301,11 @@ def _requeued(p: dict[str, Any]) -> str:
         return f"after a failure: {p.get('error')}; retry in {p.get('delay')}s"
     if cause == "stale":
         return f"stale: its worker stopped renewing lease token {p.get('lease_token')}"
+    if cause == "step_deadline":
+        token = p.get("lease_token")
+        return f"step deadline: {p.get('why')}; its worker gave it up (lease token {token})"
+    if cause == "in_doubt" and p.get("step_deadline"):
+        return f"in doubt: {p.get('why')}"
     if cause == "drain":
         return f"handed back by {p.get('worker')} on drain"
     if cause == "unstarted":

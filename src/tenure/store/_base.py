@@ -126,6 +126,14 @@ class Store(Protocol):
     def clear_fence(self, lease: Lease, lease_seconds: float, event: NewEvent) -> int | None:
         """Clear the fence and append the write's event in one transaction."""
 
+    def mark_step_deadline(
+        self, lease: Lease, last_sequence: int, fence: ToolEffect | None, why: str
+    ) -> bool:
+        """A worker gave up the step in flight, past its deadline (SPEC §15): record `why`
+        (the row's error, at once) for the reaper to report when this lease lapses. Applies
+        only under this lease, not yet expired, while the run's last event is still
+        `last_sequence` and its fence still `fence` (what the worker decided on)."""
+
     def requeue(
         self, lease: Lease, delay: float, error_class: FailureClass, error: str
     ) -> bool: ...
@@ -214,8 +222,8 @@ class Store(Protocol):
         lease token, fence, requeue count and request. A decision read from a row is guarded
         by everything it read (a fence stamped after the read must not be cleared)."""
 
-    def requeue_in_doubt_stale(self, seen: StaleRun) -> bool:
-        """The reaper's in-doubt requeue, guarded like `requeue_stale`."""
+    def requeue_in_doubt_stale(self, seen: StaleRun, error: str) -> bool:
+        """The reaper's in-doubt requeue, guarded like `requeue_stale`; `error` says why."""
 
     def dead_letter_stale(self, seen: StaleRun, reason: TerminationReason, error: str) -> bool:
         """Dead-letter a run whose lease expired, only while it is still exactly as `seen`."""

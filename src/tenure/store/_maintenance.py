@@ -84,6 +84,7 @@ class Maintenance(SQLBase):
                 has_request=bool(row[3]),
                 requeue_count=int(row[4]),
                 fence_probe=bool(row[5]),
+                step_deadline=str(row[7]) if row[6] else None,
             )
             for row in self._read(self._q["stale_runs"], {"limit": limit})
         ]
@@ -97,18 +98,26 @@ class Maintenance(SQLBase):
             "requeue_count": seen.requeue_count,
             "has_request": seen.has_request,
             "fence_probe": seen.fence_probe,
+            "step_deadline": seen.step_deadline is not None,
         }
 
     def requeue_stale(self, seen: StaleRun) -> bool:
-        error = "lease expired: the worker stopped renewing it"
-        event = lifecycle(EventKind.REQUEUED, cause="stale", lease_token=seen.lease_token)
+        if seen.step_deadline is not None:
+            error = seen.step_deadline
+            event = lifecycle(
+                EventKind.REQUEUED, cause="step_deadline", why=error, lease_token=seen.lease_token
+            )
+        else:
+            error = "lease expired: the worker stopped renewing it"
+            event = lifecycle(EventKind.REQUEUED, cause="stale", lease_token=seen.lease_token)
         params = {**self._seen_params(seen), "error": error}
         return self._guarded("requeue_stale", params, seen.run_id, [event]) is not None
 
-    def requeue_in_doubt_stale(self, seen: StaleRun) -> bool:
-        error = "lease expired during a write whose tool has a probe: in doubt"
+    def requeue_in_doubt_stale(self, seen: StaleRun, error: str) -> bool:
+        # The cause stays `in_doubt`: it is what the next segment acts on (the probe first).
+        said = {} if seen.step_deadline is None else {"step_deadline": True, "why": error}
         event = lifecycle(
-            EventKind.REQUEUED, cause="in_doubt", stale=True, lease_token=seen.lease_token
+            EventKind.REQUEUED, cause="in_doubt", stale=True, lease_token=seen.lease_token, **said
         )
         params = {**self._seen_params(seen), "error": error}
         return self._guarded("requeue_in_doubt_stale", params, seen.run_id, [event]) is not None
@@ -117,7 +126,7 @@ class Maintenance(SQLBase):
         event = lifecycle(
             EventKind.DEAD_LETTERED,
             reason=str(reason),
-            cause="stale",
+            cause="stale" if seen.step_deadline is None else "step_deadline",
             error=error,
             lease_token=seen.lease_token,
         )

@@ -172,6 +172,17 @@ class OwnerTransitions(SQLBase):
         params = {**self._lease_params(lease), "lease": lease_seconds}
         return self._guarded("clear_fence", params, lease.run_id, events, lease)
 
+    def mark_step_deadline(
+        self, lease: Lease, last_sequence: int, fence: ToolEffect | None, why: str
+    ) -> bool:
+        params = {
+            **self._lease_params(lease),
+            "last_sequence": last_sequence,
+            "fence": str(fence or ""),
+            "why": why,
+        }
+        return self._guarded("mark_step_deadline", params, lease.run_id, []) is not None
+
     def requeue_in_doubt(
         self, lease: Lease, delay: float, error_class: FailureClass, error: str
     ) -> bool:

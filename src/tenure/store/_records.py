@@ -104,6 +104,9 @@ class StaleRun:
     has_request: bool
     requeue_count: int
     fence_probe: bool = False  # the fence's tool has a probe: requeue in doubt
+    # Why the lease lapsed, when its worker said so under that lease (a step past its
+    # deadline, SPEC §15); None for a worker that just stopped renewing it.
+    step_deadline: str | None = None
 
 
 @dataclass(frozen=True)

@@ -260,7 +260,7 @@ class Metrics:
             ["model", "why"],
             registry=r,
         )
-        for cause in ("failure", "stale", "drain", "unstarted", "unserved"):
+        for cause in ("failure", "stale", "step_deadline", "drain", "unstarted", "unserved"):
             self.requeues.labels(cause)
         for reason in ("retries_exhausted", "not_retryable"):
             self.dead_letters.labels(reason)
@@ -506,7 +506,9 @@ class ObservedStore:
         won = self.inner.requeue_stale(seen)
         self.metrics.reaped.labels("requeued" if won else "skipped").inc()
         if won:
-            self.metrics.requeues.labels("stale").inc()
+            self.metrics.requeues.labels(
+                "stale" if seen.step_deadline is None else "step_deadline"
+            ).inc()
         return won
 
     def dead_letter_stale(self, seen: StaleRun, reason: TerminationReason, error: str) -> bool:

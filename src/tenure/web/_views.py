@@ -334,7 +334,10 @@ def _requeued_title(event: Event, payload: dict[str, Any]) -> str:
     cause = payload.get("cause", "?")
     delay = payload.get("delay")
     wait = f", retry in {delay:g}s" if isinstance(delay, int | float) else ""
-    return f"requeued ({cause}{wait})"
+    # A step past its deadline: which step, and its deadline (SPEC §15).
+    deadline = cause == "step_deadline" or payload.get("step_deadline") is True
+    why = f": {payload['why']}" if deadline and isinstance(payload.get("why"), str) else ""
+    return f"requeued ({cause}{wait}){why}"
 
 
 def _llm_title(event: Event, payload: dict[str, Any]) -> str:

@@ -119,6 +119,20 @@ UPDATE tenure_runs
    AND lease_expires >= {now}
 RETURNING last_sequence, attempt, lease_token;
 
+-- name: mark_step_deadline
+-- A worker gives up a step past its deadline (SPEC §15): its lease will lapse, and the
+-- reaper is to say why. Guarded by the lease, refused once it expired (a reaper may be
+-- acting on it already: its requeue, decided without the mark, must stand as written), and
+-- by what the worker decided on: the step it saw in flight is still the last one (no event
+-- recorded since) and the fence is the one it saw. The reason is shown at once.
+UPDATE tenure_runs
+   SET deadline_token = lease_token, error_class = 'timeout', error = :why,
+       updated_at = {now}
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner
+   AND lease_token = :token AND lease_expires >= {now}
+   AND last_sequence = :last_sequence AND pending_effect = :fence
+RETURNING last_sequence, attempt, lease_token;
+
 -- name: requeue
 -- A failed attempt goes back to the queue after its backoff, charging the budget.
 UPDATE tenure_runs
@@ -231,7 +245,10 @@ SELECT id, claimed_by, lease_token, attempt, fence_call FROM tenure_runs
 
 -- name: stale_runs
 -- Running rows whose lease expired: candidates for the reaper.
-SELECT id, lease_token, pending_effect, request IS NOT NULL, requeue_count, fence_probe
+-- A worker's mark under the lease that expired names the cause (a step past its deadline);
+-- its reason is the row's error.
+SELECT id, lease_token, pending_effect, request IS NOT NULL, requeue_count, fence_probe,
+       deadline_token IS lease_token, error
   FROM tenure_runs
  WHERE status = 'running' AND status <> 'queued' AND lease_expires < {now}
  ORDER BY lease_expires
@@ -252,6 +269,7 @@ UPDATE tenure_runs
  WHERE id = :id AND status = 'running' AND lease_expires < {now} AND lease_token = :token
    AND pending_effect = :fence AND fence_probe = :fence_probe AND requeue_count = :requeue_count
    AND (request IS NOT NULL) = :has_request
+   AND (deadline_token IS lease_token) = :step_deadline
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: dead_letter_stale
@@ -263,6 +281,7 @@ UPDATE tenure_runs
  WHERE id = :id AND status = 'running' AND lease_expires < {now} AND lease_token = :token
    AND pending_effect = :fence AND fence_probe = :fence_probe AND requeue_count = :requeue_count
    AND (request IS NOT NULL) = :has_request
+   AND (deadline_token IS lease_token) = :step_deadline
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: fence_of
@@ -435,6 +454,7 @@ UPDATE tenure_runs
  WHERE id = :id AND status = 'running' AND lease_expires < {now} AND lease_token = :token
    AND pending_effect = :fence AND fence_probe = :fence_probe AND requeue_count = :requeue_count
    AND (request IS NOT NULL) = :has_request
+   AND (deadline_token IS lease_token) = :step_deadline
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: fence_call_of
