@@ -549,7 +549,14 @@ class Runtime:
         reason: TerminationReason | str | None = None,
         queue: str | None = None,
         limit: int = 100,
+        *,
+        metadata: dict[str, Any] | None = None,
+        since: float | None = None,
+        until: float | None = None,
     ) -> list[Run]:
+        """Runs, newest first, by status, termination reason and queue; and by the metadata
+        of their request (every key given, with that value) and when they were created
+        (`since` / `until`: seconds ago)."""
         try:
             status = RunStatus(status) if status is not None else None
             reason = TerminationReason(reason) if reason is not None else None
@@ -557,7 +564,21 @@ class Runtime:
             raise InvalidRequest(str(exc)) from None
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidRequest(f"limit must be a positive whole number, got {limit!r}")
-        return self.store.runs(status, reason, queue, limit)
+        if metadata is None and since is None and until is None:
+            return self.store.runs(status, reason, queue, limit)
+        if metadata is not None:
+            if not isinstance(metadata, dict) or not metadata:
+                raise InvalidRequest("metadata must be a non-empty dict of the values to match")
+            _requests.check_json_value("metadata", metadata)
+        ages = [
+            _policy.check_seconds(name, value, allow_zero=True, ceiling=_policy.MAX_AGE_SECONDS)
+            if value is not None
+            else None
+            for name, value in (("since", since), ("until", until))
+        ]
+        if ages[0] is not None and ages[1] is not None and ages[1] >= ages[0]:
+            raise InvalidRequest("until must be more recent than since (fewer seconds ago)")
+        return self.store.search_runs(metadata, ages[0], ages[1], status, reason, queue, limit)
 
     @staticmethod
     def _queue_name(queue: str) -> str:

@@ -218,7 +218,15 @@ def reap(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def runs(ctx: Context, args: argparse.Namespace) -> int:
-    found = ctx.app.runs(args.status, args.reason, args.queue, args.limit)
+    found = ctx.app.runs(
+        args.status,
+        args.reason,
+        args.queue,
+        args.limit,
+        metadata=dict(args.meta) if args.meta else None,
+        since=args.since,
+        until=args.until,
+    )
     if args.json:
         print_json([r.to_json() for r in found])
     elif found:

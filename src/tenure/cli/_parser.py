@@ -104,6 +104,14 @@ def duration(text: str) -> float:
     return value
 
 
+def metadata_pair(text: str) -> tuple[str, str]:
+    """`KEY=VALUE`: a metadata key and the text value a run's must have."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"bad metadata {text!r}: use KEY=VALUE, e.g. tenant=acme")
+    return key, value
+
+
 # Whole numbers end up in 64-bit database columns and parameters.
 MAX_INT = 2**63 - 1
 # A TCP port: the socket layer takes a larger number modulo 65536 (70000 listens on 4464).
@@ -328,6 +336,19 @@ def build(handlers: dict[str, Handler]) -> Parser:
 
     p = command("runs", "a table of runs, newest first")
     _filter_options(p)
+    p.add_argument(
+        "--meta",
+        type=metadata_pair,
+        action="append",
+        metavar="KEY=VALUE",
+        help="only runs whose request's metadata has KEY with this text value (repeatable)",
+    )
+    p.add_argument(
+        "--since", type=duration, metavar="DURATION", help="only runs created within, e.g. 2h"
+    )
+    p.add_argument(
+        "--until", type=duration, metavar="DURATION", help="only runs created before, e.g. 30m"
+    )
     p.add_argument("--limit", type=limit_int, default=100, metavar="N", help="at most N runs")
     p.add_argument("--json", action="store_true", help="a JSON array of run objects")
 

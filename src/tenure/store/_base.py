@@ -258,6 +258,20 @@ class Store(Protocol):
         limit: int = 100,
     ) -> list[Run]: ...
 
+    def search_runs(
+        self,
+        metadata: dict[str, Any] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        status: RunStatus | None = None,
+        reason: TerminationReason | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[Run]:
+        """Runs whose request's metadata holds every key of `metadata` with that value,
+        created between `since` and `until` seconds ago (None: unbounded), newest first."""
+        ...
+
     def runs_after(
         self,
         after: str,

@@ -59,6 +59,25 @@ class Reads(SQLBase):
         params = _filters(status, reason, queue, limit)
         return [run_from_row(row, self._time) for row in self._read(self._q["runs"], params)]
 
+    def search_runs(
+        self,
+        metadata: dict[str, Any] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        status: RunStatus | None = None,
+        reason: TerminationReason | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[Run]:
+        params = {
+            **_filters(status, reason, queue, limit),
+            "meta": None if not metadata else _json.dumps(metadata),
+            "since": since,
+            "until": until,
+        }
+        rows = self._read(self._q["search_runs"], params)
+        return [run_from_row(row, self._time) for row in rows]
+
     def runs_after(
         self,
         after: str,

@@ -206,6 +206,45 @@ def list_runs(
     }
 
 
+@router.get("/runs/search", summary="Runs by metadata and creation time, newest first")
+def search_runs(
+    request: Request,
+    caller: Reader,
+    meta: Annotated[
+        list[str] | None,
+        Query(
+            max_length=400,
+            description="KEY=VALUE: the run's metadata has KEY with this "
+            "text value (repeatable; all must hold)",
+        ),
+    ] = None,
+    since: Annotated[
+        float | None, Query(ge=0, description="created at most this many seconds ago")
+    ] = None,
+    until: Annotated[
+        float | None, Query(ge=0, description="created at least this many seconds ago")
+    ] = None,
+    status: RunStatus | None = None,
+    reason: TerminationReason | None = None,
+    queue: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    reveal: Reveal = False,
+) -> dict[str, Any]:
+    reveal = revealing(request, reveal)
+    web = web_of(request)
+    metadata: dict[str, str] = {}
+    for pair in meta or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidRequest(f"meta must be KEY=VALUE, got {pair!r}")
+        metadata[key] = value
+    runs = web.runtime.runs(
+        status, reason, queue, limit, metadata=metadata or None, since=since, until=until
+    )
+    calls = web.agent_calls(runs)
+    return {"runs": [_views.run_json(r, reveal=reveal, call=calls[r.id]) for r in runs]}
+
+
 @router.get("/runs/{run_id}", summary="One run")
 def get_run(request: Request, run_id: RunId, caller: Reader, reveal: Reveal = False) -> Any:
     reveal = revealing(request, reveal)

@@ -224,6 +224,22 @@ def _filter(value: str | None, kind: type[RunStatus] | type[TerminationReason]) 
         raise InvalidRequest(f"unknown {kind.__name__} {value!r}") from None
 
 
+# The runs list's "created within" choices: label, seconds.
+SINCE_CHOICES = [("15 minutes", 900), ("an hour", 3600), ("a day", 86400), ("a week", 604800)]
+
+
+def _metadata_filter(text: str | None) -> dict[str, str]:
+    """`key=value` pairs, separated by commas: what a run's metadata must hold (text values).
+    A pair without `=` is ignored, as an unknown filter is."""
+    pairs = [part.partition("=") for part in (text or "").split(",")]
+    return {k.strip(): v.strip() for k, sep, v in pairs if sep and k.strip()}
+
+
+def _since_filter(text: str | None) -> float | None:
+    allowed = {str(seconds): float(seconds) for _, seconds in SINCE_CHOICES}
+    return allowed.get((text or "").strip())
+
+
 @router.get("/")
 def runs_page(
     request: Request,
@@ -232,6 +248,8 @@ def runs_page(
     queue: Annotated[str | None, Query(max_length=200)] = None,
     cursor: Annotated[str | None, Query(pattern=RUN_ID_PATTERN)] = None,
     q: Annotated[str | None, Query(max_length=128)] = None,
+    meta: Annotated[str | None, Query(max_length=400)] = None,
+    since: Annotated[str | None, Query(max_length=12)] = None,
     reveal: bool = False,
 ) -> Response:
     caller = _reader(request)
@@ -242,8 +260,17 @@ def runs_page(
     s, r = _filter(status, RunStatus), _filter(reason, TerminationReason)
     query = {k: v for k, v in {"status": status, "reason": reason, "queue": queue}.items() if v}
     search = (q or "").strip()
+    metadata, within = _metadata_filter(meta), _since_filter(since)
     if search:
         runs, next_url = web.search(search, PAGE_SIZE), None
+    elif metadata or within:
+        # A search by metadata or time: the newest matches, no further pages.
+        runs, next_url = (
+            web.runtime.runs(
+                s, r, queue or None, PAGE_SIZE, metadata=metadata or None, since=within
+            ),
+            None,
+        )
     else:
         runs, next_cursor = web.page(s, r, queue or None, PAGE_SIZE, cursor)
         next_url = "/?" + urlencode({**query, "cursor": next_cursor}) if next_cursor else None
@@ -260,6 +287,9 @@ def runs_page(
         reason=reason or "",
         queue=queue or "",
         q=search,
+        meta=meta or "",
+        since=since or "",
+        since_choices=SINCE_CHOICES,
         next_url=next_url,
         first_page=cursor is None,
         now=now,

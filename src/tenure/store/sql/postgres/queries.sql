@@ -446,6 +446,27 @@ SELECT {run_columns}, NULL FROM tenure_runs
  ORDER BY created_at DESC, id
  LIMIT %(limit)s;
 
+-- name: search_runs
+-- Runs by the metadata of their request (every key of the JSON object %(meta)s, with that
+-- value) and by when they were created (%(since)s / %(until)s seconds ago; NULL:
+-- unbounded), newest first. The request event (sequence 0) holds the metadata of every
+-- run, ended ones included (a settled run's row keeps no request). An operator's search:
+-- it reads runs newest first until %(limit)s match.
+SELECT {run_columns}, NULL FROM tenure_runs
+ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+   AND (%(reason)s::text IS NULL OR termination_reason = %(reason)s::text)
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+   AND (%(since)s::float8 IS NULL
+        OR created_at >= {now} - make_interval(secs => %(since)s::float8))
+   AND (%(until)s::float8 IS NULL
+        OR created_at < {now} - make_interval(secs => %(until)s::float8))
+   AND (%(meta)s::jsonb IS NULL OR EXISTS (
+        SELECT 1 FROM tenure_events AS e
+         WHERE e.run_id = tenure_runs.id AND e.sequence = 0
+           AND (e.payload::jsonb -> 'metadata') @> %(meta)s::jsonb))
+ ORDER BY created_at DESC, id
+ LIMIT %(limit)s;
+
 -- name: purge_cutoff
 SELECT {now} - make_interval(secs => %(age)s);
 

@@ -348,6 +348,28 @@ SELECT {run_columns}, NULL FROM tenure_runs
  ORDER BY created_at DESC, id
  LIMIT :limit;
 
+-- name: search_runs
+-- Runs by the metadata of their request (every key of the JSON object :meta, with that
+-- value) and by when they were created (:since / :until seconds ago; NULL: unbounded),
+-- newest first. The request event (sequence 0) holds the metadata of every run, ended ones
+-- included (a settled run's row keeps no request). An operator's search: it reads runs
+-- newest first until :limit match.
+SELECT {run_columns}, NULL FROM tenure_runs
+ WHERE (:status IS NULL OR status = :status)
+   AND (:reason IS NULL OR termination_reason = :reason)
+   AND (:queue IS NULL OR queue = :queue)
+   AND (:since IS NULL OR created_at >= {now} - :since)
+   AND (:until IS NULL OR created_at < {now} - :until)
+   AND (:meta IS NULL OR EXISTS (
+        SELECT 1 FROM tenure_events AS e
+         WHERE e.run_id = tenure_runs.id AND e.sequence = 0
+           AND NOT EXISTS (
+               SELECT 1 FROM json_each(:meta) AS m
+                WHERE json_extract(e.payload, '$.metadata.' || json_quote(m.key))
+                      IS NOT m.value)))
+ ORDER BY created_at DESC, id
+ LIMIT :limit;
+
 -- name: purge_cutoff
 SELECT {now} - :age;
 
