@@ -62,3 +62,17 @@ def test_the_runs_list_filters_by_metadata_and_time(
     assert 'value="tenant=acme"' in page.text and 'value="3600" selected' in page.text
     everything = client.get("/")
     assert acme in everything.text and globex in everything.text
+
+
+def test_a_running_run_shows_its_step_in_flight_and_for_how_long(
+    app: tuple[tenure.Runtime, TestClient],
+) -> None:
+    rt, client = app
+    run_id = rt.enqueue(RunRequest(prompt="p", model="scripted", script=[{"say": "ok"}]))
+    claimed = rt.store.claim("worker:test", None, 30, 1)
+    assert [c.lease.run_id for c in claimed] == [run_id]
+    login(client)
+    listing = client.get("/")
+    assert 'class="in-flight"' in listing.text and "step 2 for" in listing.text
+    page = client.get(f"/runs/{run_id}")
+    assert "step in flight" in page.text and "step 2, after claimed, for" in page.text

@@ -246,6 +246,10 @@ class Store(Protocol):
         `{"_damaged": why}`."""
         ...
 
+    def last_event(self, run_id: str) -> Event | None:
+        """The run's latest event, or None for an unknown run."""
+        ...
+
     def request_event(self, run_id: str) -> Event | None:
         """The run's first event (its `request`), or None for an unknown run."""
         ...

@@ -45,6 +45,10 @@ class Reads(SQLBase):
             for kind, payload in self._read(self._q["journal"], {"id": run_id})
         ]
 
+    def last_event(self, run_id: str) -> Event | None:
+        rows = self._read(self._q["last_event"], {"id": run_id})
+        return event_from_row(rows[0], self._time) if rows else None
+
     def request_event(self, run_id: str) -> Event | None:
         rows = self._read(self._q["request_event"], {"id": run_id})
         return event_from_row(rows[0], self._time) if rows else None

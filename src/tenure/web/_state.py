@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import HTTPException, Request
 
-from tenure import Run, RunStatus, Runtime, TerminationReason, _bulk
+from tenure import Event, Run, RunStatus, Runtime, TerminationReason, _bulk
 from tenure._types import DEAD_LETTER_REASONS, ToolEffect
 from tenure.agent._held import HeldContext
 from tenure.agent._runviews import AgentCall, agent_call
@@ -146,6 +146,17 @@ class Web:
         """The agent function a run calls and its input (None for a built-in run): read
         from its first event, which outlives the stored request."""
         return agent_call(self.store.request_event(run_id))
+
+    def in_flight(self, runs: list[Run]) -> dict[str, Event]:
+        """The latest event of each running run: its step in flight is the next one, under
+        way since that event was recorded (one indexed read per running run)."""
+        found: dict[str, Event] = {}
+        for run in runs:
+            if run.status is RunStatus.RUNNING:
+                event = self.store.last_event(run.id)
+                if event is not None:
+                    found[run.id] = event
+        return found
 
     def agent_calls(self, runs: list[Run]) -> dict[str, AgentCall | None]:
         return {run.id: self.agent_call(run.id) for run in runs}

@@ -331,6 +331,14 @@ SELECT kind, payload
  WHERE run_id = :id
  ORDER BY sequence;
 
+-- name: last_event
+-- A run's latest event: a running run's step in flight is the one after it.
+SELECT run_id, sequence, attempt, kind, payload, created_at, lease_token
+  FROM tenure_events
+ WHERE run_id = :id
+ ORDER BY sequence DESC
+ LIMIT 1;
+
 -- name: request_event
 -- A run's first event, its request: what it was asked to do (an agent function's name and
 -- input), read without the rest of its journal.
