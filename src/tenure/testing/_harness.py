@@ -79,7 +79,9 @@ def points_of(trace: Path, kinds: Sequence[str]) -> list[Point]:
             found.append(Point(WRITE_BEFORE, target, rest[0]))
             found.append(Point(WRITE_AFTER, target, rest[0]))
             found.append(Point(WRITE_TIMEOUT, target, rest[0]))
-        elif kind in (STEP, WAITING, RESUME):
+        elif kind == STEP:
+            found.append(Point(kind, target, step=rest[0] if rest else ""))
+        elif kind in (WAITING, RESUME):
             found.append(Point(kind, target))
     if first_step is not None:
         found.append(Point(DRAIN, first_step))
