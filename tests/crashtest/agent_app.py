@@ -33,7 +33,7 @@ def paid(ctx: ToolContext, amount: int, ref: str) -> Probe:
 @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout=5, probe=paid)
 def pay(ctx: ToolContext, amount: int, ref: str) -> dict[str, Any]:
     """Pay the order (every call is a new payment)."""
-    _ledger.write("pay", ctx.idempotency_key, amount, ref=ref)
+    _ledger.write("pay", ctx.idempotency_key, amount, ref=ref, token=ctx.fencing_token)
     return {"paid": amount}
 
 
@@ -46,7 +46,8 @@ def refund(ctx: ToolContext, amount: int) -> dict[str, Any]:
 
 def book(ctx: ToolContext, order_id: str, amount: int, ref: str, at: str) -> int:
     """A `ctx.step` write: one ledger line per call."""
-    return _ledger.write("book", ctx.idempotency_key, amount, ref=ref, at=at)
+    token = ctx.fencing_token
+    return _ledger.write("book", ctx.idempotency_key, amount, ref=ref, at=at, token=token)
 
 
 def booked(ctx: ToolContext, order_id: str, amount: int, ref: str, at: str) -> Probe:
@@ -56,7 +57,7 @@ def booked(ctx: ToolContext, order_id: str, amount: int, ref: str, at: str) -> P
 
 def note(ctx: ToolContext, text: str, ref: str) -> str:
     """A `ctx.step` write that honours its idempotency key."""
-    _ledger.write_once("note", ctx.idempotency_key, 0, ref=ref)
+    _ledger.write_once("note", ctx.idempotency_key, 0, ref=ref, token=ctx.fencing_token)
     return text
 
 

@@ -568,7 +568,10 @@ class AgentContext:
         self._fence_call = None
 
         def written(result: Any, began: float) -> NewEvent:
-            return _written(kind, tool, position, d, args, result, None, key, began)
+            # Recorded by this segment for a write an earlier one made: it says so, as the
+            # built-in loop's does (the audit matches the write's token to it by this).
+            event = _written(kind, tool, position, d, args, result, None, key, began)
+            return NewEvent(event.kind, {**event.payload, "resolved_by": "probe"})
 
         from tenure._indoubt import resolve_call
 
