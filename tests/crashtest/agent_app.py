@@ -118,3 +118,18 @@ def careless(ctx: tenure.AgentContext, text: str) -> str:
         text: what to note
     """
     return str(ctx.step(careless_note, text, effect=ToolEffect.IDEMPOTENT_WRITE))
+
+
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+@rt.agent
+def ship(ctx: tenure.AgentContext, order_id: str) -> str:
+    """Ship an order where a person says, once.
+
+    Args:
+        order_id: the order
+    """
+    where = ctx.input("ship to which city?", CITY)
+    ctx.step(note, f"{order_id} to {where['city']}", order_id, effect=ToolEffect.IDEMPOTENT_WRITE)
+    return str(where["city"])

@@ -33,6 +33,12 @@ GIVE_BACK: dict[str, Any] = {
     "agent": "give_back",
     "input": {"order_id": "o8", "amount": 300},
 }
+SHIP: dict[str, Any] = {
+    "name": "ship",
+    "agent": "ship",
+    "input": {"order_id": "o9"},
+    "submit": {"city": "Oslo"},
+}
 # settle's steps: now, uuid, lookup, model, pay, book, note.
 SETTLE_STEPS = ["now", "uuid", "tool lookup", "model default", "tool pay", "step book", "step note"]
 
@@ -152,3 +158,22 @@ def test_a_step_that_is_not_idempotent_is_caught(db_url: str, tmp_path: Path) ->
     (caught,) = report.violated("effects")
     assert caught.point == "write-after careless_note@0"
     assert "written 2 times" in caught.verdicts["effects"].detail
+
+
+def test_an_agent_function_that_begins_by_asking_a_person(db_url: str, tmp_path: Path) -> None:
+    """`ctx.input` first: every step after it runs in the winning decider's inline
+    continuation, never in a worker; the deciders are killed at those points (a decider
+    does not drain: the drain point is a worker's, and this run has none)."""
+    report = crashtest(agent_app.rt, [SHIP], database=db_url, workdir=tmp_path / "w")
+    assert report.ok, report.violations()
+    points = killed(report)
+    assert {"waiting 0", "resume 0", "write-after note@1"} <= set(points)
+    assert not any(p.startswith("drain") for p in report_points(report))
+    for rt, run_id in runs_of(report):
+        run = rt.status(run_id)
+        assert run is not None and run.output == '"Oslo"'
+        assert _ledger.seen("note", f"{run_id}:1") == 1
+
+
+def report_points(report: CrashReport) -> list[str]:
+    return [r.point for r in report.results]

@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
 def hooked_runtime(args: argparse.Namespace, rendezvous: Rendezvous | None = None) -> Runtime:
     rt = load_app(args.app)
     rt.use_database(args.database)
-    hooks = Hooks(args.kind, args.target, Path(args.trace) if args.trace else None)
+    trace = Path(args.trace) if args.trace else None
+    hooks = Hooks(args.kind, args.target, trace, worker=args.role == "work")
     # This process only: the Runtime's own store and tools, wrapped (tenure is unchanged).
     rt._store = HookedStore(rt.store, hooks, rendezvous)
     rt._tools = hooked_toolbox(rt._tools, hooks, args.timeout_cap)

@@ -70,10 +70,10 @@ def points_of(trace: Path, kinds: Sequence[str]) -> list[Point]:
     """The crash points a reference run passed, in order, from its processes' trace."""
     found: list[Point] = []
     lines = trace.read_text(encoding="utf-8").splitlines() if trace.exists() else []
-    first_step: str | None = None
+    first_step: str | None = None  # the first step a worker committed: where it drains
     for line in lines:
         kind, target, *rest = line.split()
-        if kind == STEP and first_step is None:
+        if kind == DRAIN and first_step is None:
             first_step = target
         if kind == WRITE_BEFORE:
             found.append(Point(WRITE_BEFORE, target, rest[0]))

@@ -53,8 +53,14 @@ def die() -> None:
 class Hooks:
     """The one point to die at (kind, target), and a trace file of what was passed."""
 
-    def __init__(self, kind: str | None, target: str | None, trace: Path | None) -> None:
+    def __init__(
+        self, kind: str | None, target: str | None, trace: Path | None, worker: bool = True
+    ) -> None:
         self.kind, self.target, self.trace = kind, target, trace
+        # Only a worker drains on SIGTERM: a decider continuing a run inline (the first step
+        # of an agent function that begins by asking a person) is no drain point.
+        self.worker = worker
+        self._drain_noted = False
         self._draining = False
         self._timed_out = False  # a held write timed out: die after the next commit
         self._lock = threading.Lock()
@@ -76,7 +82,10 @@ class Hooks:
             self._note(STEP, str(sequence), _agent_step(events[i] if i < len(events) else None))
             if self._at(STEP, str(sequence)):
                 die()
-            if self._at(DRAIN, str(sequence)):
+            if self.worker and not self._drain_noted:
+                self._drain_noted = True
+                self._note(DRAIN, str(sequence))
+            if self.worker and self._at(DRAIN, str(sequence)):
                 self._drain()
 
     def _drain(self) -> None:
