@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import tenure
-from tenure import RunRequest, ToolContext, ToolEffect
+from tenure import Outcome, RunRequest, ToolContext, ToolEffect
 from tenure.audit import LedgerEntry, audit
 
 MakeRuntime = Callable[..., tenure.Runtime]
@@ -55,3 +55,36 @@ def test_a_write_in_doubt_is_not_swallowed_by_the_function(
     assert ledger.read_text().split() == [f"{run_id}:0"]
     found = audit(rt.store, [LedgerEntry(run_id, f"{run_id}:0")])
     assert found.violations == [], found.violations
+
+
+def test_a_nondeterministic_step_stops_the_run_even_when_the_function_catches_it(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The code changed while the run was parked: at position 0 it now asks another step
+    than the journal holds. The function catches every exception around that step; the run
+    must still stop as nondeterministic, never complete with the journal's steps and the
+    code's out of step."""
+    rt = make_runtime(lease_seconds=1.0)
+    changed = {"now": False}
+
+    @rt.agent
+    def drifting(ctx: tenure.AgentContext) -> str:
+        try:
+            if changed["now"]:
+                ctx.uuid()
+            else:
+                ctx.now()
+        except Exception:
+            pass
+        ctx.sleep(1.5)  # past the lease: the run is parked, the code changes meanwhile
+        return "done"
+
+    run_id = rt.enqueue(RunRequest(agent="drifting", input={}))
+    parked = rt.run_queued(run_id)
+    assert parked is not None and parked.outcome is Outcome.SLEEPING
+    changed["now"] = True
+    time.sleep(1.7)
+    rt.run_queued(run_id)
+    run = rt.status(run_id)
+    assert run is not None and run.termination_reason is tenure.TerminationReason.NOT_RETRYABLE
+    assert "nondeterministic at step 0" in (run.error or ""), run.error

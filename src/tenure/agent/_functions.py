@@ -273,9 +273,11 @@ class AgentContext:
         self._fence_call: dict[str, Any] | None = (
             json.loads(segment.fence_call) if segment.fence_call else None
         )
-        # What left a write's fence standing (it did not answer in time, or its event was
-        # not stored): the write may have happened, so no step may follow it, even when the
-        # function caught the exception; failure recovery takes the in-doubt way.
+        # What ends the segment whatever the function does with it, raised again at every
+        # later step and when the function returns: a write whose fence it left standing
+        # (it did not answer in time, or its event was not stored: it may have happened,
+        # so failure recovery takes the in-doubt way), or a step out of step with the
+        # journal (the run stops as nondeterministic).
         self._doubt: Exception | None = None
 
     # -- plain values ----------------------------------------------------------------------
@@ -326,21 +328,25 @@ class AgentContext:
         position = self._position
         self._position += 1
         found = self._log.steps.get(position)
-        fenced = self._fence_call
-        if found is None and fenced is not None and fenced.get("position") == position:
-            # The write this run came back in doubt for must be the step asked here: any
-            # other would run while its fence stands, and the write would never be settled.
-            interrupted = (fenced.get("step"), fenced.get("name"))
-            if interrupted != (step, name) or digest(fenced.get("args")) != args_digest:
-                what = f"an interrupted write, {interrupted[0]} {interrupted[1]!r}"
-                _mismatch(position, what, interrupted == (step, name), step, name)
-        if found is not None and (found.step, found.name, found.digest) != (
-            step,
-            name,
-            args_digest,
-        ):
-            same = (found.step, found.name) == (step, name)
-            _mismatch(position, found.describe(), same, step, name)
+        try:
+            fenced = self._fence_call
+            if found is None and fenced is not None and fenced.get("position") == position:
+                # The write this run came back in doubt for must be the step asked here: any
+                # other would run while its fence stands, and the write would never be settled.
+                interrupted = (fenced.get("step"), fenced.get("name"))
+                if interrupted != (step, name) or digest(fenced.get("args")) != args_digest:
+                    what = f"an interrupted write, {interrupted[0]} {interrupted[1]!r}"
+                    _mismatch(position, what, interrupted == (step, name), step, name)
+            if found is not None and (found.step, found.name, found.digest) != (
+                step,
+                name,
+                args_digest,
+            ):
+                same = (found.step, found.name) == (step, name)
+                _mismatch(position, found.describe(), same, step, name)
+        except Nondeterministic as exc:
+            self._doubt = exc
+            raise
         return position, found
 
     def _record(self, events: list[NewEvent], usage: Usage | None = None) -> None:
