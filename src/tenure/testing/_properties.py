@@ -237,7 +237,10 @@ def checkpoints(f: Finished) -> Verdict:
 def _step_log_problems(events: list[Event]) -> list[str]:
     """An agent function's journal (SPEC §20) rebuilds: its steps at positions 0, 1, 2 …
     without a gap, each naming its kind, name and arguments' digest."""
-    log = StepLog.rebuild(events)
+    log = StepLog.rebuild(  # raises on a damaged step record
+        (str(e.kind), e.payload if e.damaged is None else {**e.payload, "_damaged": e.damaged})
+        for e in events
+    )
     gaps = sorted(set(range(log.last + 1)) - set(log.steps))
     problems = [f"no step recorded at position {p}" for p in gaps[:1]]
     problems += [
