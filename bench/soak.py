@@ -19,6 +19,14 @@ With `--probed S`, a share S of the payments are made by `pay_probed`: the same 
 probe that reads the ledger by idempotency key (SPEC §16), so that a run whose worker died
 inside it goes back in doubt instead of to a person.
 
+With `--agents S`, a share S of the runs are runs of the agent function `soak_agent`
+(SPEC §20, in tests/apps.py): it branches on its model's answer (`pay_probed`, or a read),
+books the run with a probe-able `ctx.step` write (a ledger line too), draws `ctx.now` and
+`ctx.uuid`, may wait for a person's `ctx.approve` (decided by a thread of the soak, which
+approves three in four), and sleeps (past the lease: the run is parked). Checked besides
+the audit: no step position of an agent function recorded twice, and every write step of a
+completed agent run in the ledger exactly once.
+
 Printed: runs, kills, stops, backend kills, restarts, completed and dead-lettered by reason,
 dead-lettered runs whose non-idempotent fence stands (with and without a probe), in-doubt
 requeues and probe verdicts,
@@ -100,19 +108,108 @@ def script(rng: random.Random, probed: float = 0.0) -> list[dict[str, Any]]:
     return [*turns, {"say": "done"}]
 
 
+def agent_request(rng: random.Random) -> RunRequest:
+    """A run of `soak_agent`: its branch, its person and its sleep drawn."""
+    values = {
+        "amount": rng.randint(1, 9),
+        "approve": rng.random() < 0.4,
+        # In place, or past the lease (parked); a sleep is never over before its time.
+        "sleep": rng.choice([0.0, 0.0, 0.1, 0.3, 1.5]),
+    }
+    answer = rng.choice(["pay", "read"])
+    return RunRequest(agent="soak_agent", input=values, model="scripted", script=[{"say": answer}])
+
+
 def requests(
-    n: int, rng: random.Random, probed: float = 0.0, label: str = "soak"
+    n: int, rng: random.Random, probed: float = 0.0, label: str = "soak", agents: float = 0.0
 ) -> list[RunRequest]:
-    return [
-        RunRequest(
-            prompt=f"{label} {i}",
-            model="scripted",
-            tools=["read", "save", "pay", "pay_probed"],
-            script=script(rng, probed),
-            max_iterations=12,
+    made = []
+    for i in range(n):
+        # No draw without agent runs: a seed gives the same workload as before they existed.
+        if agents and rng.random() < agents:
+            made.append(agent_request(rng))
+            continue
+        made.append(
+            RunRequest(
+                prompt=f"{label} {i}",
+                model="scripted",
+                tools=["read", "save", "pay", "pay_probed"],
+                script=script(rng, probed),
+                max_iterations=12,
+            )
         )
-        for i in range(n)
-    ]
+    return made
+
+
+class Approver:
+    """The person of the agent runs: decides every run waiting for approval, from a thread
+    of the soak (approves three in four), while the nemesis acts."""
+
+    def __init__(self, rt: tenure.Runtime, seed: int) -> None:
+        self.rt, self.rng = rt, random.Random(seed)
+        self.stopping = threading.Event()
+        self.decided: Counter[str] = Counter()
+        self.thread = threading.Thread(target=self._run, name="soak-approver", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        while not self.stopping.wait(0.1):
+            try:
+                waiting = self.rt.runs(status=RunStatus.WAITING_FOR_APPROVAL, limit=1000)
+            except Exception:  # the nemesis reached this process's connections
+                continue
+            for run in waiting:
+                approved = self.rng.random() < 0.75
+                try:
+                    self.rt.approve(run.id, approved, "soak-approver")
+                except tenure.DecisionConflict:
+                    self.decided["conflict"] += 1
+                except Exception as exc:
+                    self.decided[f"raised {type(exc).__name__}"] += 1
+                else:
+                    self.decided["approved" if approved else "denied"] += 1
+
+
+def agent_steps(rt: tenure.Runtime, runs: list[tenure.Run], ledger: Path) -> dict[str, int]:
+    """The agent function runs (SPEC §20): how they ended, step positions recorded more than
+    once (a step executed again: target 0), and the write steps of completed runs against
+    the ledger (each in it exactly once: target 0 otherwise)."""
+    lines = ledger.read_text().splitlines() if ledger.exists() else []
+    in_ledger = Counter(line.split()[1] for line in lines if line.strip())
+    steps = (EventKind.LLM, EventKind.TOOL, EventKind.STEP)
+    found: Counter[str] = Counter()
+    for run in runs:
+        events = rt.events(run.id)
+        if not events or events[0].kind is not EventKind.REQUEST:
+            continue
+        if events[0].payload.get("agent") is None:
+            continue
+        found["runs"] += 1
+        found[str(run.status)] += 1
+        positions = Counter(
+            e.payload["position"]
+            for e in events
+            if e.kind in steps and isinstance(e.payload.get("position"), int)
+        )
+        found["steps recorded"] += len(positions)
+        found["steps recorded twice"] += sum(n - 1 for n in positions.values() if n > 1)
+        if run.status is not RunStatus.COMPLETED:
+            continue
+        for e in events:
+            p = e.payload
+            if e.kind in steps and p.get("effect") == "non_idempotent_write" and not p.get("error"):
+                found["writes of completed runs"] += 1
+                if in_ledger[str(p.get("idempotency_key"))] != 1:
+                    found["writes not in the ledger once"] += 1
+    for key in ("steps recorded twice", "writes not in the ledger once"):
+        found.setdefault(key, 0)
+    return dict(found)
 
 
 # -- the nemesis ---------------------------------------------------------------------------
@@ -386,12 +483,14 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
     rt = make_app(args.url, str(args.ledger), args.lease, MAX_REQUEUES)
     rng = random.Random(args.seed)
     started = time.monotonic()
-    pending = requests(args.runs, rng, args.probed)
+    pending = requests(args.runs, rng, args.probed, agents=args.agents)
     here = Interactive(requests(args.interactive, random.Random(args.seed + 1), 0.0, "here"))
     ids: list[str] = []
     nemesis = Nemesis(args, rt, cluster)
     for _ in range(args.workers):
         nemesis.spawn()
+    approver = Approver(rt, args.seed + 2)
+    approver.start()
     here.start(rt)
     next_act = time.monotonic() + nemesis.rng.uniform(0.5, 1.5) * args.interval
     deadline = time.monotonic() + FINISH_TIMEOUT_SECONDS + args.runs / (args.rate or 1e9)
@@ -412,6 +511,7 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
             time.sleep(0.05)
         nemesis.thaw_all()
     finally:
+        approver.stop()
         nemesis.drain()
         if here.thread is not None:
             here.thread.join()
@@ -454,6 +554,8 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
         "recovery_median_s": round(statistics.median(recovered), 3) if recovered else None,
         "recovery_p99_s": round(percentile(recovered, 0.99), 3) if recovered else None,
         "recovery_max_s": round(max(recovered), 3) if recovered else None,
+        "agent_runs": agent_steps(rt, runs, args.ledger),
+        "approvals": dict(sorted(approver.decided.items())),
         "ledger_writes": report.ledger_entries,
         "interrupted_writes": report.unrecorded_writes,
         "refused_writes": report.refused_writes,
@@ -472,7 +574,8 @@ def show(result: dict[str, Any]) -> None:
             for v in value[:50]:
                 print(f"  VIOLATION {v}")
         elif isinstance(value, dict):
-            print(f"{key.replace('_', ' '):<{width}} {sum(value.values())}")
+            total = value.get("runs", sum(value.values()))
+            print(f"{key.replace('_', ' '):<{width}} {total}")
             for k, n in value.items():
                 print(f"  {k:<{width - 2}} {n}")
         else:
@@ -503,6 +606,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.0,
         help="share of the payments made by `pay_probed`, whose probe reads the ledger",
+    )
+    parser.add_argument(
+        "--agents",
+        type=float,
+        default=0.0,
+        help="share of the runs that run the agent function `soak_agent` (SPEC §20)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object instead")
     args = parser.parse_args(argv)
@@ -537,7 +646,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
     else:
         show(result)
-    return 0 if not result["violations"] and not result["not_ended"] else 1
+    agents = result["agent_runs"]
+    repeated = agents["steps recorded twice"] + agents["writes not in the ledger once"]
+    return 0 if not result["violations"] and not result["not_ended"] and not repeated else 1
 
 
 if __name__ == "__main__":

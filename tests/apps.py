@@ -11,6 +11,11 @@ hold after it, and return (on a run's first attempt) a value that takes `slow_re
 to serialise, which keeps the worker between the tool's return and its event. `pay_probed`
 and `pay_checked` are `pay` with a probe that reads the ledger by idempotency key;
 `pay_checked`'s probe can also hold the worker inside it or after its verdict.
+
+`soak_agent` is an agent function (SPEC §20) for the chaos soak: it branches on its model's
+answer (`pay`: the probe-able `pay_probed`; else a read), books the run with a `ctx.step`
+write that has a probe (a line in LEDGER, as `pay_probed`'s), draws `ctx.now` and `ctx.uuid`,
+may wait for a person's `ctx.approve` (then an idempotent `save`), and sleeps.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ def make_app(db_url: str, ledger: str, lease: float = 1.0, max_requeues: int = 3
 
     _add_pay(rt, ledger, mark, who)
     _add_probed_pay(rt, ledger, mark)
+    _add_soak_agent(rt, ledger)
     _add_checked_pay(rt, ledger, mark)
 
     @rt.tool(effect=ToolEffect.IDEMPOTENT_WRITE, timeout=CRASH_TOOL_TIMEOUT)
@@ -214,6 +220,53 @@ def _add_probed_pay(
         fenced.pay(ctx.run_id, ctx.idempotency_key, ctx.fencing_token)
         time.sleep(hold)
         return {"paid": amount}
+
+
+def _add_soak_agent(rt: tenure.Runtime, ledger: str) -> None:
+    fenced = FencedLedger(ledger)
+
+    def booked(ctx: ToolContext, amount: int) -> tenure.Probe:
+        if fenced.paid(ctx.idempotency_key, ctx.fencing_token):
+            return tenure.Probe.done({"booked": amount})
+        return tenure.Probe.not_done()
+
+    def book(ctx: ToolContext, amount: int) -> dict[str, int]:
+        """A `ctx.step` write: one ledger line per execution, refused to a late attempt."""
+        fenced.pay(ctx.run_id, ctx.idempotency_key, ctx.fencing_token)
+        return {"booked": amount}
+
+    @rt.agent
+    def soak_agent(
+        ctx: tenure.AgentContext, amount: int, approve: bool, sleep: float
+    ) -> dict[str, Any]:
+        """Pay or read as the model says, book, perhaps ask a person, sleep.
+
+        Args:
+            amount: what to pay and book
+            approve: whether to ask a person before saving
+            sleep: seconds to sleep at the end (past the lease: the run is parked)
+        """
+        answer = ctx.model(f"pay {amount} or read?").text or ""
+        if answer.startswith("pay"):
+            ctx.tool("pay_probed", amount=amount)
+        else:
+            ctx.tool("read")
+        ctx.step(
+            book,
+            amount,
+            effect=ToolEffect.NON_IDEMPOTENT_WRITE,
+            probe=booked,
+            timeout=CRASH_TOOL_TIMEOUT,
+        )
+        stamp, ref = ctx.now(), ctx.uuid()
+        approved = None
+        if approve:
+            approved = ctx.approve("save", {"ref": ref})
+            if approved:
+                ctx.tool("save")
+        if sleep:
+            ctx.sleep(sleep)
+        return {"answer": answer, "approved": approved, "at": stamp.isoformat(), "ref": ref}
 
 
 def _add_checked_pay(

@@ -1,6 +1,7 @@
 """The chaos soak (bench/soak.py) at a small size on each store: about 200 runs and 20 kills,
 stops, and on PostgreSQL terminated backends and a server restart; half the payments have a
-probe (SPEC §16); zero audit violations."""
+probe (SPEC §16); a third of the runs are agent functions (SPEC §20); zero audit violations,
+no agent function's step executed twice."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def test_chaos_soak(store: str) -> None:
         sys.executable,
         str(ROOT / "bench" / "soak.py"),
         *("--store", store, "--runs", str(RUNS), "--kills", str(KILLS)),
-        *("--workers", "3", "--interval", "0.8", "--rate", "8", "--probed", "0.5", "--json"),
+        *("--workers", "3", "--interval", "0.8", "--rate", "8", "--probed", "0.5"),
+        *("--agents", "0.3", "--json"),
     ]
     done = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=280, check=False
@@ -42,6 +44,11 @@ def test_chaos_soak(store: str) -> None:
     assert result["runs"] == RUNS and result["kills"] >= KILLS
     assert result["completed"] > RUNS // 2
     assert result["stops"] > 0 and result["reclaimed"] > 0
+    agents = result["agent_runs"]
+    assert agents["runs"] > 0 and agents["writes of completed runs"] > 0
+    assert agents["steps recorded twice"] == 0
+    assert agents["writes not in the ledger once"] == 0
+    assert result["approvals"].get("approved", 0) > 0
     if store == "postgres":
         # Terminating backends can hit none at that instant (all connections idle in the
         # pool); killed connections are tested deterministically in tests/store/.

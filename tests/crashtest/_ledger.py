@@ -22,19 +22,19 @@ def entries() -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def write(tool: str, key: str, amount: int) -> int:
+def write(tool: str, key: str, amount: int, **extra: Any) -> int:
     """Append a write, as a non-idempotent outside system does: every call is a new one."""
     with _path().open("a") as f:
-        f.write(json.dumps({"tool": tool, "key": key, "amount": amount}) + "\n")
+        f.write(json.dumps({"tool": tool, "key": key, "amount": amount, **extra}) + "\n")
     return len(entries())
 
 
-def write_once(tool: str, key: str, amount: int) -> int:
+def write_once(tool: str, key: str, amount: int, **extra: Any) -> int:
     """The same system with an idempotency key honoured: a repeated key changes nothing."""
     for number, entry in enumerate(entries(), 1):
         if entry["key"] == key and entry["tool"] == tool:
             return number
-    return write(tool, key, amount)
+    return write(tool, key, amount, **extra)
 
 
 def seen(tool: str, key: str) -> int:

@@ -273,6 +273,12 @@ class AgentContext:
         self._fence_call: dict[str, Any] | None = (
             json.loads(segment.fence_call) if segment.fence_call else None
         )
+        # What ends the segment whatever the function does with it, raised again at every
+        # later step and when the function returns: a write whose fence it left standing
+        # (it did not answer in time, or its event was not stored: it may have happened,
+        # so failure recovery takes the in-doubt way), or a step out of step with the
+        # journal (the run stops as nondeterministic).
+        self._doubt: Exception | None = None
 
     # -- plain values ----------------------------------------------------------------------
 
@@ -311,27 +317,36 @@ class AgentContext:
             f"agent {self._agent.name}: this worker lacks {', '.join(missing)}",
         )
 
+    def _check_doubt(self) -> None:
+        if self._doubt is not None:
+            raise self._doubt
+
     def _next(self, step: str, name: str, args_digest: str) -> tuple[int, Recorded | None]:
         """The next position, and its recorded step if the journal has one (checked)."""
+        self._check_doubt()
         self._segment.steps.check_held()
         position = self._position
         self._position += 1
         found = self._log.steps.get(position)
-        fenced = self._fence_call
-        if found is None and fenced is not None and fenced.get("position") == position:
-            # The write this run came back in doubt for must be the step asked here: any
-            # other would run while its fence stands, and the write would never be settled.
-            interrupted = (fenced.get("step"), fenced.get("name"))
-            if interrupted != (step, name) or digest(fenced.get("args")) != args_digest:
-                what = f"an interrupted write, {interrupted[0]} {interrupted[1]!r}"
-                _mismatch(position, what, interrupted == (step, name), step, name)
-        if found is not None and (found.step, found.name, found.digest) != (
-            step,
-            name,
-            args_digest,
-        ):
-            same = (found.step, found.name) == (step, name)
-            _mismatch(position, found.describe(), same, step, name)
+        try:
+            fenced = self._fence_call
+            if found is None and fenced is not None and fenced.get("position") == position:
+                # The write this run came back in doubt for must be the step asked here: any
+                # other would run while its fence stands, and the write would never be settled.
+                interrupted = (fenced.get("step"), fenced.get("name"))
+                if interrupted != (step, name) or digest(fenced.get("args")) != args_digest:
+                    what = f"an interrupted write, {interrupted[0]} {interrupted[1]!r}"
+                    _mismatch(position, what, interrupted == (step, name), step, name)
+            if found is not None and (found.step, found.name, found.digest) != (
+                step,
+                name,
+                args_digest,
+            ):
+                same = (found.step, found.name) == (step, name)
+                _mismatch(position, found.describe(), same, step, name)
+        except Nondeterministic as exc:
+            self._doubt = exc
+            raise
         return position, found
 
     def _record(self, events: list[NewEvent], usage: Usage | None = None) -> None:
@@ -438,6 +453,7 @@ class AgentContext:
     def tool(self, name: str, /, **args: Any) -> Any:
         """A registered tool with its effect, fence, probe, timeout, approval and the
         idempotency key `RUN_ID:POSITION`; a tool that raises raises `tenure.ToolFailed`."""
+        self._check_doubt()
         segment = self._segment
         tool = segment.engine.tools.get(name)
         if tool is None:
@@ -497,20 +513,45 @@ class AgentContext:
                 values = tool.validate(args)
             except InvalidArguments as exc:
                 error = str(exc)
+        try:
+            where = (position, d, key, started)
+            result, error = self._run(tool, kind, where, args, values, error, invoke)
+        except Exception as exc:
+            if segment.fence is not None:
+                self._doubt = exc
+            raise
+        if error is not None:
+            raise ToolFailed(tool.name, error)
+        return result
+
+    def _run(
+        self,
+        tool: Tool,
+        kind: str,
+        where: tuple[int, str, str, float],
+        args: dict[str, Any],
+        values: dict[str, Any],
+        error: str | None,
+        invoke: Callable[[ToolContext, dict[str, Any]], Any],
+    ) -> tuple[Any, str | None]:
+        """The step at `where` (position, digest, key, start) run by the segment's fenced
+        call (unless its arguments were refused), and its event recorded (with its fence
+        cleared, for a write)."""
+        segment = self._segment
+        position, d, key, started = where
+        result: Any = None
         ran = error is None
         if ran:
-            where = {"position": position, "step": kind}
+            located = {"position": position, "step": kind}
             result, error = segment.steps.fenced_call(
-                tool, args, key, where, lambda context: invoke(context, values)
+                tool, args, key, located, lambda context: invoke(context, values)
             )
         event = _written(kind, tool, position, d, args, result, error, key, started)
         if ran and tool.effect.is_write:  # its fence stands: cleared with its event
             segment.steps.record_written(tool.name, event)
         else:
             self._record([event])
-        if error is not None:
-            raise ToolFailed(tool.name, error)
-        return result
+        return result, error
 
     def _denied(self, tool: Tool, kind: str, args: dict[str, Any], d: str, who: str) -> Any:
         """A tool call a person denied: recorded as the step's error, never run."""
@@ -533,7 +574,10 @@ class AgentContext:
         self._fence_call = None
 
         def written(result: Any, began: float) -> NewEvent:
-            return _written(kind, tool, position, d, args, result, None, key, began)
+            # Recorded by this segment for a write an earlier one made: it says so, as the
+            # built-in loop's does (the audit matches the write's token to it by this).
+            event = _written(kind, tool, position, d, args, result, None, key, began)
+            return NewEvent(event.kind, {**event.payload, "resolved_by": "probe"})
 
         from tenure._indoubt import resolve_call
 
@@ -650,6 +694,7 @@ class AgentContext:
     ) -> tuple[Any, str]:
         """A person's decision at `position`: (approved, by whom) or, for input, (values,
         by whom). Holds the run for a person when none is recorded yet."""
+        self._check_doubt()
         found = self._log.steps.get(position)
         if found is not None:
             # Decided and recorded: the step itself replays it (or finds it changed).
@@ -865,9 +910,11 @@ def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunRes
         raise AgentFailed(FailureClass.CONFIGURATION, f"agent {agent.name}: {exc}") from exc
     except Exception as exc:
         segment.steps.check_held()
+        context._check_doubt()  # its own exception, raised after a write went in doubt
         raise AgentFailed(
             FailureClass.UNKNOWN, f"agent {agent.name} raised {describe(exc)}"
         ) from exc
+    context._check_doubt()  # a write in doubt whose exception the function caught
     segment.steps.check_held()
     left = [s for p, s in sorted(log.steps.items()) if p >= context._position]
     if left:

@@ -40,10 +40,15 @@ class Point:
     kind: str
     target: str = ""
     tool: str = ""  # the write's tool, for a write point
+    step: str = ""  # POSITION:STEP:NAME of an agent function's step, for a step point
 
     @property
     def label(self) -> str:
         where = f"{self.tool}@{self.target}" if self.tool else self.target
+        if self.step:
+            position, kind, name = self.step.split(":", 2)
+            what = kind if name in (kind, "") else f"{kind} {name}"
+            where += f" ({what}@{position})"
         return f"{self.kind} {where}".strip()
 
 

@@ -25,7 +25,7 @@ from tenure._command import load_app
 from tenure._errors import DecisionConflict
 from tenure._types import RunStatus
 from tenure.testing._cases import MEET_TIMEOUT
-from tenure.testing._hooks import HookedStore, Hooks, hooked_toolbox
+from tenure.testing._hooks import HookedStore, Hooks, hook_steps, hooked_toolbox
 from tenure.testing._rendezvous import Rendezvous
 
 # Failed attempts come back at once: the harness must not wait out production backoff.
@@ -60,10 +60,12 @@ def _parser() -> argparse.ArgumentParser:
 def hooked_runtime(args: argparse.Namespace, rendezvous: Rendezvous | None = None) -> Runtime:
     rt = load_app(args.app)
     rt.use_database(args.database)
-    hooks = Hooks(args.kind, args.target, Path(args.trace) if args.trace else None)
+    trace = Path(args.trace) if args.trace else None
+    hooks = Hooks(args.kind, args.target, trace, worker=args.role == "work")
     # This process only: the Runtime's own store and tools, wrapped (tenure is unchanged).
     rt._store = HookedStore(rt.store, hooks, rendezvous)
     rt._tools = hooked_toolbox(rt._tools, hooks, args.timeout_cap)
+    hook_steps(hooks, args.timeout_cap)
     rt.settings = dataclasses.replace(
         rt.settings, lease_seconds=args.lease, backoff_base=BACKOFF_BASE, backoff_cap=BACKOFF_CAP
     )

@@ -70,16 +70,18 @@ def points_of(trace: Path, kinds: Sequence[str]) -> list[Point]:
     """The crash points a reference run passed, in order, from its processes' trace."""
     found: list[Point] = []
     lines = trace.read_text(encoding="utf-8").splitlines() if trace.exists() else []
-    first_step: str | None = None
+    first_step: str | None = None  # the first step a worker committed: where it drains
     for line in lines:
         kind, target, *rest = line.split()
-        if kind == STEP and first_step is None:
+        if kind == DRAIN and first_step is None:
             first_step = target
         if kind == WRITE_BEFORE:
             found.append(Point(WRITE_BEFORE, target, rest[0]))
             found.append(Point(WRITE_AFTER, target, rest[0]))
             found.append(Point(WRITE_TIMEOUT, target, rest[0]))
-        elif kind in (STEP, WAITING, RESUME):
+        elif kind == STEP:
+            found.append(Point(kind, target, step=rest[0] if rest else ""))
+        elif kind in (WAITING, RESUME):
             found.append(Point(kind, target))
     if first_step is not None:
         found.append(Point(DRAIN, first_step))

@@ -25,14 +25,19 @@ from tenure.store._base import Claimed
 from tenure.testing._rendezvous import Rendezvous
 
 # Kinds of crash point (SPEC §19), in the order a run meets them.
-STEP = "step"  # after the commit of the step boundary that recorded event TARGET
-WRITE_BEFORE = "write-before"  # inside the write whose key ends in TARGET, before it runs
+# After the commit of the step boundary that recorded event TARGET (in an agent function's
+# run: after every `ctx.*` step, and after a probe's verdict).
+STEP = "step"
+# Inside the write whose key ends in TARGET (TURN:INDEX of a model's call, or the POSITION
+# of an agent function's `ctx.tool` / `ctx.step`), before it runs.
+WRITE_BEFORE = "write-before"
 WRITE_AFTER = "write-after"  # that write returned; its event is not recorded yet
 # That write ran, but its answer is held past the tool's timeout: the process dies at its
 # next commit (what it recorded of the unknown outcome), or when the hold ends.
 WRITE_TIMEOUT = "write-timeout"
-WAITING = "waiting"  # the run was handed to a person at model turn TARGET
-RESUME = "resume"  # the decision on turn TARGET was claimed to continue the run
+# The run was handed to a person at model turn TARGET (an agent function's step position).
+WAITING = "waiting"
+RESUME = "resume"  # the decision on turn (position) TARGET was claimed to continue the run
 DRAIN = "drain"  # SIGTERM after the commit of event TARGET; SIGKILL during the grace
 POINT_KINDS = (STEP, WRITE_BEFORE, WRITE_AFTER, WRITE_TIMEOUT, WAITING, RESUME, DRAIN)
 # A drain that has not died at the next commit dies this long after its SIGTERM.
@@ -48,8 +53,14 @@ def die() -> None:
 class Hooks:
     """The one point to die at (kind, target), and a trace file of what was passed."""
 
-    def __init__(self, kind: str | None, target: str | None, trace: Path | None) -> None:
+    def __init__(
+        self, kind: str | None, target: str | None, trace: Path | None, worker: bool = True
+    ) -> None:
         self.kind, self.target, self.trace = kind, target, trace
+        # Only a worker drains on SIGTERM: a decider continuing a run inline (the first step
+        # of an agent function that begins by asking a person) is no drain point.
+        self.worker = worker
+        self._drain_noted = False
         self._draining = False
         self._timed_out = False  # a held write timed out: die after the next commit
         self._lock = threading.Lock()
@@ -62,16 +73,19 @@ class Hooks:
     def _at(self, kind: str, target: str) -> bool:
         return self.kind == kind and self.target == target
 
-    def committed(self, sequences: Sequence[int] | None) -> None:
+    def committed(self, sequences: Sequence[int] | None, events: Sequence[Any] = ()) -> None:
         if sequences is None:
             return
         if self._draining or self._timed_out:
             die()
-        for sequence in sequences:
-            self._note(STEP, str(sequence))
+        for i, sequence in enumerate(sequences):
+            self._note(STEP, str(sequence), _agent_step(events[i] if i < len(events) else None))
             if self._at(STEP, str(sequence)):
                 die()
-            if self._at(DRAIN, str(sequence)):
+            if self.worker and not self._drain_noted:
+                self._drain_noted = True
+                self._note(DRAIN, str(sequence))
+            if self.worker and self._at(DRAIN, str(sequence)):
                 self._drain()
 
     def _drain(self) -> None:
@@ -118,6 +132,15 @@ class Hooks:
             die()
 
 
+def _agent_step(event: Any) -> str:
+    """`POSITION:STEP:NAME` of an agent function's step event (SPEC §20), else ''."""
+    payload = getattr(event, "payload", None)
+    if not isinstance(payload, dict) or not isinstance(payload.get("position"), int):
+        return ""
+    name = str(payload.get("name", "")).replace(" ", "_")
+    return f"{payload['position']}:{payload.get('step', '')}:{name}"
+
+
 class HookedStore:
     """The real store; the transitions that end a crash point call the hooks after they
     commit (the kill then lands after the commit, as a real crash there would). A decider's
@@ -129,15 +152,22 @@ class HookedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    def record_step(self, *args: Any, **kwargs: Any) -> Any:
-        sequences = self._store.record_step(*args, **kwargs)
-        self._hooks.committed(sequences)
+    def record_step(self, lease: Any, lease_seconds: Any, events: Any, *args: Any) -> Any:
+        sequences = self._store.record_step(lease, lease_seconds, events, *args)
+        self._hooks.committed(sequences, list(events))
         return sequences
 
-    def clear_fence(self, *args: Any, **kwargs: Any) -> Any:
-        sequence = self._store.clear_fence(*args, **kwargs)
-        self._hooks.committed(None if sequence is None else [sequence])
+    def clear_fence(self, lease: Any, lease_seconds: Any, event: Any) -> Any:
+        sequence = self._store.clear_fence(lease, lease_seconds, event)
+        self._hooks.committed(None if sequence is None else [sequence], [event])
         return sequence
+
+    def resolve_fence(self, lease: Any, lease_seconds: Any, events: Any) -> Any:
+        # A probe's verdict: `not_done` alone (the write runs again next), or `done` with the
+        # write's event.
+        sequences = self._store.resolve_fence(lease, lease_seconds, events)
+        self._hooks.committed(sequences, list(events))
+        return sequences
 
     def requeue_in_doubt(self, *args: Any, **kwargs: Any) -> Any:
         won = self._store.requeue_in_doubt(*args, **kwargs)
@@ -197,13 +227,13 @@ class HookedStore:
 
 @dataclasses.dataclass(frozen=True)
 class HookedTool(Tool):
-    """A write tool that passes the hooks before it runs and after it returns."""
+    """A write tool that passes the hooks before it runs and after it returns. `call` is
+    the one way in: the built-in loop's `invoke` validates and calls it, an agent function's
+    `ctx.tool` and `ctx.step` call it directly."""
 
     hooks: Hooks | None = None
 
     def call(self, context: ToolContext, values: dict[str, Any]) -> Any:
-        """The write on validated values, as every caller runs a tool (the built-in loop's
-        tool step and an agent function's `ctx.tool` alike)."""
         assert self.hooks is not None
         self.hooks.write(WRITE_BEFORE, context, self)
         if self.hooks.holds(context):
@@ -219,7 +249,7 @@ class HookedTool(Tool):
         step); a sync one cannot be, so the process dies when its hold ends."""
         assert self.hooks is not None
         if not self.asynchronous:
-            super().call(context, values)
+            Tool.call(self, context, values)
             time.sleep(self.timeout + HOLD_PAST_TIMEOUT)
             die()
         fn, hold = self.fn, self.timeout + HOLD_PAST_TIMEOUT
@@ -237,16 +267,38 @@ class HookedTool(Tool):
             raise
 
 
+def hooked(tool: Tool, hooks: Hooks, timeout_cap: float) -> Tool:
+    """A write tool wrapped, with its timeout capped (the fence's lease covers the timeout,
+    so a kill inside a write is reaped after the cap, not after minutes); others as they are."""
+    if not tool.effect.is_write:
+        return tool
+    fields = {f.name: getattr(tool, f.name) for f in dataclasses.fields(Tool)}
+    fields["timeout"] = min(tool.timeout, timeout_cap)
+    return HookedTool(**fields, hooks=hooks)
+
+
 def hooked_toolbox(tools: Toolbox, hooks: Hooks, timeout_cap: float) -> Toolbox:
-    """The same tools; each write wrapped, with its timeout capped (the fence's lease covers
-    the timeout, so a kill inside a write is reaped after the cap, not after minutes)."""
+    """The same tools; each write wrapped (`hooked`)."""
     box = Toolbox()
     for name in tools.names():
         tool = tools.get(name)
         assert tool is not None
-        if tool.effect.is_write:
-            fields = {f.name: getattr(tool, f.name) for f in dataclasses.fields(Tool)}
-            fields["timeout"] = min(tool.timeout, timeout_cap)
-            tool = HookedTool(**fields, hooks=hooks)
-        box.add(tool)
+        box.add(hooked(tool, hooks, timeout_cap))
     return box
+
+
+def hook_steps(hooks: Hooks, timeout_cap: float) -> None:
+    """An agent function's `ctx.step` builds its tool at each call (SPEC §20): in this
+    process, a write step's tool is wrapped as the app's write tools are."""
+    from tenure.agent import _functions
+
+    make = _functions.step_tool
+
+    def step_tool(fn: Any, name: str | None, effect: Any, timeout: float, probe: Any) -> Tool:
+        tool = make(fn, name, effect, timeout, probe)  # the user's mistakes, as they are
+        if not tool.effect.is_write:
+            return tool
+        # Its own call closure runs an async step under the timeout it was built with.
+        return hooked(make(fn, name, effect, min(timeout, timeout_cap), probe), hooks, timeout_cap)
+
+    _functions.step_tool = step_tool

@@ -11,6 +11,7 @@ from typing import Any
 from tenure import _requests
 from tenure._classify import describe
 from tenure._types import Event, EventKind, Run, RunStatus, TerminationReason, ToolEffect
+from tenure.agent._functions import StepLog
 from tenure.agent._journal import Journal, idempotency_key
 from tenure.audit import AuditReport
 from tenure.testing._cases import REFERENCE, Case
@@ -22,7 +23,9 @@ DETERMINISM = "recovery determinism"
 CHECKPOINTS = "checkpoint validity"
 FENCING = "fencing"
 PROPERTIES = (PREFIX, EFFECTS, CONSUME_ONCE, DETERMINISM, CHECKPOINTS, FENCING)
-STEP_KINDS = (EventKind.LLM, EventKind.TOOL, EventKind.ASSEMBLED)
+# The events a step records: the built-in loop's model and tool steps and its answer; an
+# agent function's `ctx.*` steps besides (SPEC §20: `step` events, each with a position).
+STEP_KINDS = (EventKind.LLM, EventKind.TOOL, EventKind.STEP, EventKind.ASSEMBLED)
 Check = Callable[[str, str], int]
 
 
@@ -57,11 +60,26 @@ class Finished:
     audit: AuditReport
 
     def tool_events(self) -> dict[str, list[Event]]:
+        """The events of executed calls by idempotency key: `tool` events, and an agent
+        function's `step` events that carry a key (its `ctx.step` calls)."""
         found: dict[str, list[Event]] = {}
         for e in self.events:
-            if e.kind is EventKind.TOOL and e.damaged is None:
-                found.setdefault(str(e.payload.get("idempotency_key")), []).append(e)
+            if e.damaged is not None or e.kind not in (EventKind.TOOL, EventKind.STEP):
+                continue
+            key = e.payload.get("idempotency_key")
+            if e.kind is EventKind.TOOL or key:
+                found.setdefault(str(key), []).append(e)
         return found
+
+    def positions(self) -> Counter[int]:
+        """How often each position of an agent function's steps was recorded."""
+        return Counter(
+            e.payload["position"]
+            for e in self.events
+            if e.kind in STEP_KINDS
+            and e.damaged is None
+            and isinstance(e.payload.get("position"), int)
+        )
 
     def key(self, suffix: str) -> str:
         return f"{self.case.run_id}:{suffix}"
@@ -77,6 +95,8 @@ def prefix(f: Finished) -> Verdict:
         for key, events in f.tool_events().items()
         if len(events) > 1
     ]
+    repeated = sorted((p, n) for p, n in f.positions().items() if n > 1)
+    problems += [f"step at position {p} recorded {n} times" for p, n in repeated]
     if not f.case.killed:
         if problems or f.case.point is REFERENCE:
             return _fail(problems)
@@ -127,7 +147,7 @@ def consume_once(f: Finished, check: Check | None) -> Verdict:
         errors = [o["error"] for o in hold.outcomes if o.get("error")]
         problems.extend(f"turn {hold.turn}: a decider failed: {e}" for e in errors[:1])
         for index, call in enumerate(hold.calls):
-            key = idempotency_key(f.case.run_id, hold.turn, index)
+            key = held_key(f.case.run_id, hold.turn, index, call)
             runs = len(recorded.get(key, []))
             seen = int(check(call["tool"], key)) if check is not None else 0
             if max(runs, seen) > 1:
@@ -141,6 +161,15 @@ def consume_once(f: Finished, check: Check | None) -> Verdict:
     # Held, but not proven under the race: a decision was written before every decider had
     # reached its own (the rendezvous timed out; a lock of the app's around its decision?).
     return Verdict(True, f"turn {apart[0]}: the deciders did not all meet before deciding")
+
+
+def held_key(run_id: str, turn: int, index: int, call: dict[str, Any]) -> str:
+    """The idempotency key of a held call: RUN_ID:TURN:INDEX for a model's call, and
+    RUN_ID:POSITION for an agent function's step (SPEC §20)."""
+    position = call.get("position")
+    if isinstance(position, int):
+        return f"{run_id}:{position}"
+    return idempotency_key(run_id, turn, index)
 
 
 def ending(run: Run | None) -> Ending | None:
@@ -196,10 +225,30 @@ def checkpoints(f: Finished) -> Verdict:
         request = _requests.from_json(json.dumps(first.payload))
         if run.request is not None:
             _requests.from_json(json.dumps(run.request))
-        Journal.rebuild(request, f.events)
+        if request.agent is None:
+            Journal.rebuild(request, f.events)
+        else:
+            problems.extend(_step_log_problems(f.events))
     except Exception as exc:
         problems.append(f"does not reload: {describe(exc)}")
     return _fail(problems)
+
+
+def _step_log_problems(events: list[Event]) -> list[str]:
+    """An agent function's journal (SPEC §20) rebuilds: its steps at positions 0, 1, 2 …
+    without a gap, each naming its kind, name and arguments' digest."""
+    log = StepLog.rebuild(  # raises on a damaged step record
+        (str(e.kind), e.payload if e.damaged is None else {**e.payload, "_damaged": e.damaged})
+        for e in events
+    )
+    gaps = sorted(set(range(log.last + 1)) - set(log.steps))
+    problems = [f"no step recorded at position {p}" for p in gaps[:1]]
+    problems += [
+        f"step at position {r.position} does not say what it was"
+        for r in log.steps.values()
+        if not (r.step and r.name and r.digest) or "None" in (r.name, r.digest)
+    ][:1]
+    return problems
 
 
 def fencing(f: Finished) -> Verdict:

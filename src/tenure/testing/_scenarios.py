@@ -1,5 +1,9 @@
 """Crash-test scenarios: a JSON array of objects, each `name` plus the fields of a
-`RunRequest` (SPEC §19), and optionally how its person decides (`approve`, `input`)."""
+`RunRequest` (SPEC §19), and optionally how its person decides (`approve`, `submit`).
+
+A scenario that names an agent function (`agent`, SPEC §20) gives the function's arguments
+as `input`, the request's field; in any other scenario `input` is still accepted for what
+`submit` says (the values a held input call gets), as before agent functions existed."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from tenure._types import RunRequest
 
 _REQUEST_FIELDS = frozenset(f.name for f in dataclasses.fields(RunRequest))
 # Besides the request: how the harness's deciders decide when the run waits for a person.
-_DECISION_FIELDS = frozenset({"approve", "input"})
+_DECISION_FIELDS = frozenset({"approve", "submit"})
 
 
 @dataclass(frozen=True)
@@ -35,13 +39,20 @@ def scenario(data: Mapping[str, Any], where: str = "scenario") -> Scenario:
     unknown = sorted(set(data) - _REQUEST_FIELDS - _DECISION_FIELDS - {"name"})
     if unknown:
         raise InvalidRequest(f"scenario {name!r}: unknown fields {unknown}")
-    approve, values = data.get("approve", True), data.get("input", {})
+    fields = {k: v for k, v in data.items() if k in _REQUEST_FIELDS}
+    submit = "submit"
+    if data.get("agent") is None and "input" in fields:
+        submit = "input"  # no agent function: `input` is what a person submits
+        if "submit" in data:
+            raise InvalidRequest(f'scenario {name!r}: give the submitted values once ("submit")')
+        fields.pop("input")
+    approve, values = data.get("approve", True), data.get(submit, {})
     if not isinstance(approve, bool):
         raise InvalidRequest(f'scenario {name!r}: "approve" must be true or false')
     if not isinstance(values, dict):
-        raise InvalidRequest(f'scenario {name!r}: "input" must be an object')
+        raise InvalidRequest(f'scenario {name!r}: "{submit}" must be an object')
     try:
-        request = RunRequest(**{k: v for k, v in data.items() if k in _REQUEST_FIELDS})
+        request = RunRequest(**fields)
     except TypeError as exc:
         raise InvalidRequest(f"scenario {name!r}: {exc}") from None
     return Scenario(name, request, approve, dict(values))

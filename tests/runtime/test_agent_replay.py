@@ -1,0 +1,90 @@
+"""Agent functions (SPEC §20): what ends a segment is not the function's to swallow."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import tenure
+from tenure import Outcome, RunRequest, ToolContext, ToolEffect
+from tenure.audit import LedgerEntry, audit
+
+MakeRuntime = Callable[..., tenure.Runtime]
+
+
+def test_a_write_in_doubt_is_not_swallowed_by_the_function(
+    make_runtime: MakeRuntime, tmp_path: Path
+) -> None:
+    """A write that does not answer within its timeout may have happened: its run goes in
+    doubt (SPEC §16), whatever the function does with the exception. A function that
+    catches every exception around the call must not carry on as if the write had failed:
+    its probe decides, and the write stays executed once."""
+    ledger = tmp_path / "ledger"
+
+    rt = make_runtime()
+
+    def paid(ctx: ToolContext) -> tenure.Probe:
+        keys = ledger.read_text().split() if ledger.exists() else []
+        return tenure.Probe.done("paid") if ctx.idempotency_key in keys else tenure.Probe.not_done()
+
+    @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, timeout=0.3, probe=paid)
+    async def slow_pay(ctx: ToolContext) -> str:
+        with ledger.open("a") as f:
+            f.write(ctx.idempotency_key + "\n")
+        await asyncio.sleep(5)  # the payment went through; its answer never comes in time
+        return "paid"
+
+    @rt.agent
+    def hopeful(ctx: tenure.AgentContext) -> str:
+        try:
+            return str(ctx.tool("slow_pay"))
+        except Exception:
+            return "gave up"
+
+    run_id = rt.enqueue(RunRequest(agent="hopeful", input={}))
+    for _ in range(5):
+        rt.run_queued(run_id)
+        run = rt.status(run_id)
+        assert run is not None
+        if run.status.is_terminal:
+            break
+        time.sleep(0.1)
+    assert run.status is tenure.RunStatus.COMPLETED and run.output == '"paid"', run
+    assert ledger.read_text().split() == [f"{run_id}:0"]
+    found = audit(rt.store, [LedgerEntry(run_id, f"{run_id}:0")])
+    assert found.violations == [], found.violations
+
+
+def test_a_nondeterministic_step_stops_the_run_even_when_the_function_catches_it(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The code changed while the run was parked: at position 0 it now asks another step
+    than the journal holds. The function catches every exception around that step; the run
+    must still stop as nondeterministic, never complete with the journal's steps and the
+    code's out of step."""
+    rt = make_runtime(lease_seconds=1.0)
+    changed = {"now": False}
+
+    @rt.agent
+    def drifting(ctx: tenure.AgentContext) -> str:
+        try:
+            if changed["now"]:
+                ctx.uuid()
+            else:
+                ctx.now()
+        except Exception:
+            pass
+        ctx.sleep(1.5)  # past the lease: the run is parked, the code changes meanwhile
+        return "done"
+
+    run_id = rt.enqueue(RunRequest(agent="drifting", input={}))
+    parked = rt.run_queued(run_id)
+    assert parked is not None and parked.outcome is Outcome.SLEEPING
+    changed["now"] = True
+    time.sleep(1.7)
+    rt.run_queued(run_id)
+    run = rt.status(run_id)
+    assert run is not None and run.termination_reason is tenure.TerminationReason.NOT_RETRYABLE
+    assert "nondeterministic at step 0" in (run.error or ""), run.error
