@@ -843,3 +843,53 @@ def test_a_nondeterministic_dead_letter_is_repaired_by_a_patched_branch_and_a_re
     assert json.loads(done.output or "") == "v3"
     assert calls.counts == {"notify": 1}  # the write of the old journal was not repeated
     assert_audited(fixed)
+
+
+def test_a_decision_read_for_one_held_step_never_applies_to_the_next_hold(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A decider reads the waiting turn, stalls; meanwhile another decides it, the run goes
+    on and waits again at its next step. The stalled decision (for the first turn) must
+    match nothing: a decision is guarded by the turn it was decided on, not only by the
+    status, which is the same again."""
+    calls = Calls()
+    rt = make_runtime()
+
+    @rt.tool(effect=WRITE, requires_approval=True)
+    def refund(amount: int) -> str:
+        calls.add(f"refund:{amount}")
+        return "refunded"
+
+    @rt.agent
+    def give_back(ctx: tenure.AgentContext, amount: int) -> str:
+        if not ctx.approve("refund", {"amount": amount}):
+            return "kept"
+        ctx.tool("refund", amount=amount)
+        return "refunded"
+
+    run_id = rt.enqueue(RunRequest(agent="give_back", input={"amount": 5}))
+    assert rt.run_queued(run_id).outcome is Outcome.AWAITING_APPROVAL  # type: ignore[union-attr]
+    stalled_turn, _ = rt._waiting(run_id, RunStatus.WAITING_FOR_APPROVAL)  # the slow decider reads
+    rt.approve(run_id, True, decided_by="ana")  # the fast one decides turn 0
+    again = rt.run_queued(run_id)
+    assert again is not None and again.outcome is Outcome.AWAITING_APPROVAL  # held at turn 1
+    event = tenure.store.NewEvent(
+        EventKind.APPROVAL, {"turn": stalled_turn, "approved": True, "decided_by": "bo"}
+    )
+    decision = {"turn": stalled_turn, "approved": True}
+    assert not rt.store.decide_queued(run_id, RunStatus.WAITING_FOR_APPROVAL, decision, event)
+    assert (
+        rt.store.decide_inline(
+            run_id, RunStatus.WAITING_FOR_APPROVAL, decision, event, "run:bo", 30.0
+        )
+        is None
+    )
+    turns = [e.payload["turn"] for e in rt.events(run_id) if e.kind is EventKind.APPROVAL]
+    assert turns == [0]
+    run = rt.status(run_id)
+    assert run is not None and run.status is RunStatus.WAITING_FOR_APPROVAL
+    rt.approve(run_id, True, decided_by="ana")
+    done = rt.run_queued(run_id)
+    assert done is not None and done.outcome is Outcome.COMPLETED, done
+    assert calls.counts == {"refund:5": 1}
+    assert_audited(rt)

@@ -328,16 +328,20 @@ def test_an_interactive_run_waits_and_continues_on_a_worker(runtime: tenure.Runt
 def test_approved_write_whose_worker_dies_is_dead_lettered_never_repeated(
     make_runtime: MakeRuntime,
 ) -> None:
+    # The first segment only holds the run for a person: a lease of its own, long enough
+    # on a loaded machine; the continuation's lease is short, for the reaper to come.
+    holder = make_runtime()
     rt = make_runtime(lease_seconds=0.2)
     release = threading.Event()
     writes: list[int] = []
 
-    @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True, timeout=0.1)
     def wire(ctx: ToolContext) -> str:
         writes.append(ctx.fencing_token)
         release.wait(5)  # the worker stalls inside the approved write
         return "sent"
 
+    for app in (holder, rt):
+        app.tool(wire, effect=ToolEffect.NON_IDEMPOTENT_WRITE, requires_approval=True, timeout=0.1)
     run_id = rt.enqueue(
         RunRequest(
             prompt="w",
@@ -346,7 +350,8 @@ def test_approved_write_whose_worker_dies_is_dead_lettered_never_repeated(
             script=[{"call": [{"tool": "wire"}]}, {"say": "x"}],
         )
     )
-    rt.run_queued(run_id)
+    held = holder.run_queued(run_id)
+    assert held is not None and held.outcome is Outcome.AWAITING_APPROVAL, held
     rt.approve(run_id, True, decided_by="ada")
     stalled = threading.Thread(target=rt.run_queued, args=(run_id,))
     stalled.start()

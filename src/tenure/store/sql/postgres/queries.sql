@@ -496,21 +496,26 @@ RETURNING last_sequence, attempt, lease_token;
 
 -- name: decide_queued
 -- A person's decision on a waiting run; the continuation goes to the queue. Two decisions
--- race on the status: one applies, the other matches nothing.
+-- race on the status: one applies, the other matches nothing. The decision names the turn
+-- it was decided on, and applies only while the run still waits at that turn: a decision
+-- read for one hold never answers the next (the status is the same again).
 UPDATE tenure_runs
    SET status = 'queued', available_at = {now}, decision = %(decision)s, waiting = NULL,
        wait_deadline = NULL, last_sequence = last_sequence + %(n)s, updated_at = {now}
  WHERE id = %(id)s AND status = %(expected)s
+   AND (waiting::jsonb -> 'turn') IS NOT DISTINCT FROM (%(decision)s::jsonb -> 'turn')
 RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
 -- name: decide_inline
--- A person's decision, continued by the deciding process under a lease of its own.
+-- A person's decision, continued by the deciding process under a lease of its own (only
+-- while the run still waits at the turn decided, as decide_queued).
 UPDATE tenure_runs
    SET status = 'running', claimed_by = %(owner)s, lease_expires = {now} + make_interval(secs => %(lease)s),
        lease_token = lease_token + 1, attempt = attempt + 1, decision = %(decision)s,
        waiting = NULL, wait_deadline = NULL, last_sequence = last_sequence + %(n)s,
        updated_at = {now}
  WHERE id = %(id)s AND status = %(expected)s
+   AND (waiting::jsonb -> 'turn') IS NOT DISTINCT FROM (%(decision)s::jsonb -> 'turn')
 RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
           fence_call;
 

@@ -399,21 +399,26 @@ RETURNING last_sequence, attempt, lease_token;
 
 -- name: decide_queued
 -- A person's decision on a waiting run; the continuation goes to the queue. Two decisions
--- race on the status: one applies, the other matches nothing.
+-- race on the status: one applies, the other matches nothing. The decision names the turn
+-- it was decided on, and applies only while the run still waits at that turn: a decision
+-- read for one hold never answers the next (the status is the same again).
 UPDATE tenure_runs
    SET status = 'queued', available_at = {now}, decision = :decision, waiting = NULL,
        wait_deadline = NULL, last_sequence = last_sequence + :n, updated_at = {now}
  WHERE id = :id AND status = :expected
+   AND (waiting ->> 'turn') IS (:decision ->> 'turn')
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: decide_inline
--- A person's decision, continued by the deciding process under a lease of its own.
+-- A person's decision, continued by the deciding process under a lease of its own (only
+-- while the run still waits at the turn decided, as decide_queued).
 UPDATE tenure_runs
    SET status = 'running', claimed_by = :owner, lease_expires = {now} + :lease,
        lease_token = lease_token + 1, attempt = attempt + 1, decision = :decision,
        waiting = NULL, wait_deadline = NULL, last_sequence = last_sequence + :n,
        updated_at = {now}
  WHERE id = :id AND status = :expected
+   AND (waiting ->> 'turn') IS (:decision ->> 'turn')
 RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
           fence_call;
 
