@@ -25,7 +25,7 @@ import typing
 import uuid as _uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
@@ -39,6 +39,7 @@ from tenure._errors import (
     RunCancelled,
     ToolFailed,
 )
+from tenure._indoubt import resolve_call
 from tenure._types import (
     EventKind,
     FailureClass,
@@ -52,9 +53,10 @@ from tenure._types import (
     Usage,
 )
 from tenure.agent import _human
+from tenure.agent._journal import tool_message
 from tenure.agent._tools import InvalidArguments, Tool, _check_name, _field, parse_docstring
 from tenure.providers._base import ModelCall, ModelReply, ToolCall
-from tenure.store._base import NewEvent, Settlement
+from tenure.store._base import NO_USAGE, NewEvent, Settlement
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -62,9 +64,6 @@ if TYPE_CHECKING:
     from tenure._endings import Ending
     from tenure._ladder import Segment
 
-# Steps whose result is a `step` event (the model and tool steps keep their `llm` and
-# `tool` events, with a position).
-STEP_KINDS = ("step", "now", "uuid", "random", "patched", "approve", "input")
 DEFAULT_STEP_TIMEOUT = 60.0
 
 
@@ -349,11 +348,8 @@ class AgentContext:
             raise
         return position, found
 
-    def _record(self, events: list[NewEvent], usage: Usage | None = None) -> None:
-        if usage is None:
-            self._segment.steps.record(events)
-        else:
-            self._segment.steps.record(events, usage)
+    def _record(self, events: list[NewEvent], usage: Usage = NO_USAGE) -> None:
+        self._segment.steps.record(events, usage)
 
     def _value_step(self, kind: str, name: str, args: Any, make: Callable[[], Any]) -> Any:
         d = digest(args)
@@ -458,7 +454,7 @@ class AgentContext:
         tool = segment.engine.tools.get(name)
         if tool is None:
             self._lacking([f"tool {name!r}"])
-        return self._fenced(tool, "tool", args, tool.call)
+        return self._fenced(tool, "tool", args)
 
     def step(
         self,
@@ -475,20 +471,9 @@ class AgentContext:
         `probe(ctx, *args, **kwargs)`). A function whose first parameter is annotated
         `tenure.ToolContext` receives it (its `idempotency_key` is `RUN_ID:POSITION`)."""
         tool = step_tool(fn, name, effect, timeout, probe)
-        values = {"args": list(args), "kwargs": kwargs}
+        return self._fenced(tool, "step", {"args": list(args), "kwargs": kwargs})
 
-        def invoke(context: ToolContext, given: dict[str, Any]) -> Any:
-            return tool.call(context, given)
-
-        return self._fenced(tool, "step", values, invoke)
-
-    def _fenced(
-        self,
-        tool: Tool,
-        kind: str,
-        args: dict[str, Any],
-        invoke: Callable[[ToolContext, dict[str, Any]], Any],
-    ) -> Any:
+    def _fenced(self, tool: Tool, kind: str, args: dict[str, Any]) -> Any:
         """A tool or step function at the next position: replayed when recorded; else
         (after a person's approval, if its tool needs one, and its probe, if its write is in
         doubt here) run by the segment's fenced call, and its event recorded."""
@@ -515,7 +500,7 @@ class AgentContext:
                 error = str(exc)
         try:
             where = (position, d, key, started)
-            result, error = self._run(tool, kind, where, args, values, error, invoke)
+            result, error = self._run(tool, kind, where, args, values, error)
         except Exception as exc:
             if segment.fence is not None:
                 self._doubt = exc
@@ -532,7 +517,6 @@ class AgentContext:
         args: dict[str, Any],
         values: dict[str, Any],
         error: str | None,
-        invoke: Callable[[ToolContext, dict[str, Any]], Any],
     ) -> tuple[Any, str | None]:
         """The step at `where` (position, digest, key, start) run by the segment's fenced
         call (unless its arguments were refused), and its event recorded (with its fence
@@ -544,7 +528,7 @@ class AgentContext:
         if ran:
             located = {"position": position, "step": kind}
             result, error = segment.steps.fenced_call(
-                tool, args, key, located, lambda context: invoke(context, values)
+                tool, args, key, located, lambda context: tool.call(context, values)
             )
         event = _written(kind, tool, position, d, args, result, error, key, started)
         if ran and tool.effect.is_write:  # its fence stands: cleared with its event
@@ -579,8 +563,6 @@ class AgentContext:
             event = _written(kind, tool, position, d, args, result, None, key, began)
             return NewEvent(event.kind, {**event.payload, "resolved_by": "probe"})
 
-        from tenure._indoubt import resolve_call
-
         settled = resolve_call(self._segment.steps, tool, fenced, written, located=True)
         if not isinstance(settled, Probe):  # dead-lettered: the probe could not tell
             raise _Yield(self._segment.result(settled))
@@ -614,8 +596,6 @@ class AgentContext:
         raise ToolFailed("agent_loop", f"no answer within {max_iterations} iterations")
 
     def _loop_call(self, call: ToolCall, allowed: Sequence[str]) -> dict[str, Any]:
-        from tenure.agent._journal import tool_message
-
         if call.name not in allowed:
             return tool_message(call.id, None, f"tool {call.name!r} is not available to this run")
         try:
@@ -639,10 +619,15 @@ class AgentContext:
                 return  # the journal goes on past it: the sleep is over
             until = datetime.fromisoformat(str(found.payload["until"]))
         else:
-            until = datetime.now(UTC) + _seconds(seconds)
+            until = datetime.now(UTC) + timedelta(seconds=float(seconds))
         left = (until - datetime.now(UTC)).total_seconds()
-        payload = {"position": position, "step": "sleep", "name": "sleep", "digest": d}
-        payload["until"] = until.isoformat()
+        payload = {
+            "position": position,
+            "step": "sleep",
+            "name": "sleep",
+            "digest": d,
+            "until": until.isoformat(),
+        }
         if left > segment.lease_seconds:
             raise _Yield(segment.sleep_until(left, {**payload, "parked": True}))
         if found is None:
@@ -743,12 +728,6 @@ def _mismatch(position: int, recorded: str, same_step: bool, step: str, name: st
 def _check_step_name(what: str, name: Any) -> None:
     if not isinstance(name, str) or not name:
         raise InvalidRequest(f"{what}: a name must be a non-empty string")
-
-
-def _seconds(seconds: float) -> Any:
-    from datetime import timedelta
-
-    return timedelta(seconds=float(seconds))
 
 
 def _replayed(found: Recorded) -> Any:
