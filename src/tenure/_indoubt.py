@@ -25,7 +25,8 @@ from tenure import _policy
 from tenure._classify import describe
 from tenure._errors import Cancelled
 from tenure._recovery import dead_letter
-from tenure._toolstep import to_json_value, tool_event
+from tenure._steps import to_json_value
+from tenure._toolstep import tool_event
 from tenure._types import (
     EventKind,
     FailureClass,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -252,17 +253,18 @@ class Segment:
         provider = self.engine.models.get(request.model)
         if provider is None:
             raise ProviderError(FailureClass.CONFIGURATION, str(UnknownModel(request.model)))
+        tool_of = self._tool_of(request)
         if self.fence_call is not None:
-            settled = _indoubt.resolve(self.steps, self._tool_of(request), journal, self.fence_call)
+            settled = _indoubt.resolve(self.steps, tool_of, journal, self.fence_call)
             if settled is not None:
                 return self.result(settled)
         approve_writes = self.engine.settings.approve_writes
         while True:
-            held = self._hold(request, journal)
+            held = self._hold(journal, tool_of)
             if held is not None:
                 return self.suspend(request, held)
             for pending in list(journal.pending):
-                tool = self._tool_of(request)(pending.call.name)
+                tool = tool_of(pending.call.name)
                 _toolstep.tool_step(
                     self.steps, tool, journal, pending, self.decision, approve_writes
                 )
@@ -287,7 +289,7 @@ class Segment:
             (sequence,) = self.steps.record([llm], reply.usage)
             journal.add_answer(sequence, reply)
 
-    def _tool_of(self, request: RunRequest) -> Any:
+    def _tool_of(self, request: RunRequest) -> Callable[[str], Tool | None]:
         """The tool a call names, if the run may use it and this process has it."""
         tools = self.engine.tools
 
@@ -335,8 +337,7 @@ class Segment:
 
     # -- a person in the loop ------------------------------------------------------------
 
-    def _hold(self, request: RunRequest, journal: Journal) -> _human.Hold | None:
-        tool_of = self._tool_of(request)
+    def _hold(self, journal: Journal, tool_of: Callable[[str], Tool | None]) -> _human.Hold | None:
         tools = [tool_of(p.call.name) for p in journal.pending]
         approve_writes = self.engine.settings.approve_writes
         return _human.hold(journal, tools, self.decision, approve_writes=approve_writes)

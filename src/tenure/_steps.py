@@ -14,13 +14,14 @@ misses.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from tenure import _loop, _policy
+from tenure import _json, _loop, _policy
 from tenure._classify import describe
 from tenure._errors import Cancelled, LeaseLost, ProviderError, RunCancelled
 from tenure._types import EventKind, FailureClass, RunStatus, ToolContext, ToolEffect, Usage
@@ -318,8 +319,4 @@ def to_json_value(value: Any) -> Any:
     what JSON cannot hold (NaN, infinities, integers beyond 64 bits, lone surrogates) as the
     same text the store writes. The live transcript is built from this value, so that the
     model is shown the same message with or without a crash in between."""
-    import json
-
-    from tenure import _json
-
     return _json.json_safe(json.loads(json.dumps(value, default=str)))

@@ -7,14 +7,14 @@ import time
 from typing import Any
 
 from tenure import _json
-from tenure._steps import Steps, UnrecordedWrite, WriteInDoubt, to_json_value
+from tenure._steps import Steps
 from tenure._types import EventKind, ToolEffect
 from tenure.agent import _human
 from tenure.agent._journal import Journal, PendingCall, idempotency_key
 from tenure.agent._tools import InvalidArguments, Tool
 from tenure.store._base import NewEvent
 
-__all__ = ["UnrecordedWrite", "WriteInDoubt", "to_json_value", "tool_event", "tool_step"]
+__all__ = ["tool_event", "tool_step"]
 
 
 def tool_step(

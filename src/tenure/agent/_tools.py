@@ -9,7 +9,7 @@ is given as JSON (one an MCP server describes, `make_schema_tool`) is validated 
 An `async def` tool runs on the process's one event loop (`tenure._loop`): the slot thread
 that runs the step waits for it, and past the tool's `timeout` the coroutine is cancelled.
 A read's step result is then an error, as if the tool had raised; a write cut off before it
-answered may have happened, so its step goes in doubt instead (`_toolstep.WriteInDoubt`).
+answered may have happened, so its step goes in doubt instead (`_steps.WriteInDoubt`).
 """
 
 from __future__ import annotations
