@@ -121,8 +121,9 @@ class EnqueueBody(Text):
     )
 
 
-class BulkRedriveBody(Text):
-    reason: DEAD_LETTER | None = Field(None, description="only this dead-letter reason")
+class BulkBody(Text):
+    """What every bulk action takes: the queue filter, a bound, and the confirmed count."""
+
     queue: str | None = Field(None, pattern=NAME_PATTERN)
     limit: int = Field(100, ge=1, le=MAX_BULK_REDRIVE)
     dry_run: bool = False
@@ -132,22 +133,17 @@ class BulkRedriveBody(Text):
         le=MAX_BULK_REDRIVE,
         description="the count of a dry run that was confirmed: 409 if it differs now",
     )
+
+
+class BulkRedriveBody(BulkBody):
+    reason: DEAD_LETTER | None = Field(None, description="only this dead-letter reason")
 
 
 ACTIVE_STATUS = Literal["queued", "running", "waiting_for_approval", "waiting_for_input"]
 
 
-class BulkCancelBody(Text):
+class BulkCancelBody(BulkBody):
     status: ACTIVE_STATUS | None = Field(None, description="only runs in this status")
-    queue: str | None = Field(None, pattern=NAME_PATTERN)
-    limit: int = Field(100, ge=1, le=MAX_BULK_REDRIVE)
-    dry_run: bool = False
-    expected: int | None = Field(
-        None,
-        ge=0,
-        le=MAX_BULK_REDRIVE,
-        description="the count of a dry run that was confirmed: 409 if it differs now",
-    )
 
 
 class DecisionBody(Text):
