@@ -253,3 +253,23 @@ def test_purge_durations_in_every_unit(cli: Cli) -> None:
     for duration in ("90s", "45m", "12h", "30d", "1.5h"):
         result = cli("purge", "--older-than", duration)
         assert (result.code, result.out.strip()) == (0, "purged 0 runs")
+
+
+def test_init_and_the_worker_banner_never_print_the_database_password(
+    cli: Cli, pg_url: str
+) -> None:
+    # The private cluster trusts loopback connections, so the password is accepted and unused.
+    url = pg_url.replace("postgresql://postgres@", "postgresql://postgres:hunter2@")
+    cli.url = url
+    result = cli("init")
+    assert result.code == 0, result.err
+    assert "hunter2" not in result.out + result.err
+    assert result.out.startswith("database ready: postgresql://postgres:***@")
+    worker = cli.popen("worker", "--concurrency", "1", "--poll-interval", "0.1")
+    try:
+        banner = worker.stderr.readline() if worker.stderr else ""
+    finally:
+        worker.terminate()
+        out, err = worker.communicate(timeout=30)
+    assert "postgres:***@" in banner + err, banner + err
+    assert "hunter2" not in banner + out + err

@@ -25,6 +25,7 @@ from tenure import (
 )
 from tenure._command import CliError, Context, NotFound, UsageError
 from tenure._policy import MAX_NESTING_DEPTH
+from tenure._text import without_password
 from tenure.agent._runviews import agent_call, agent_steps
 from tenure.cli._follow import follow
 from tenure.cli._human import HANDLERS as human_handlers
@@ -134,7 +135,7 @@ def _existing(app: Runtime, run_id: str) -> Run:
 def init(ctx: Context, args: argparse.Namespace) -> int:
     app = ctx.app
     version = app.store.schema_version()
-    out.print(f"database ready: {app.database_url} (schema version {version})")
+    out.print(f"database ready: {without_password(app.database_url)} (schema version {version})")
     return 0
 
 
@@ -185,7 +186,8 @@ def worker(ctx: Context, args: argparse.Namespace) -> int:
     )
     queues = ", ".join(args.queues) if args.queues else "all queues"
     err.print(
-        f"{w.identity} on {app.database_url}: {queues}, concurrency {args.concurrency}, "
+        f"{w.identity} on {without_password(app.database_url)}: {queues}, "
+        f"concurrency {args.concurrency}, "
         f"lease {app.settings.lease_seconds:g}s; SIGTERM or Ctrl-C drains"
     )
     stats = w.run()

@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from tenure._command import CliError, Context, UsageError, require_sqlite_file
+from tenure._text import without_password
 from tenure.cli._output import err
 
 # What the web extra brings: a base install that lacks one of them cannot serve.
@@ -67,7 +68,8 @@ def serve(ctx: Context, args: argparse.Namespace) -> int:
     # Bound before anything is said or started: a port in use is one line, not a
     # "serving on" line followed by uvicorn's own report of the failure.
     sock = _listen(args.host, args.port)
-    err.print(f"tenure serve on http://{args.host}:{args.port} for {ctx.app.database_url}: {mode}")
+    where = without_password(ctx.app.database_url)
+    err.print(f"tenure serve on http://{args.host}:{args.port} for {where}: {mode}")
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the
     # handler it found: this one, so that a requested stop exits 0 like `tenure worker`.
     stopped: list[int] = []
