@@ -122,15 +122,17 @@ def select(
             if limit is not None and len(chosen.runs) + len(chosen.skipped) >= limit:
                 chosen.more = True
                 return chosen
-            if action == "redrive" and _fenced(run):
+            if action == "redrive" and needs_a_look(run):
                 chosen.skipped.append(run)
             else:
                 chosen.runs.append(run)
     return chosen
 
 
-def _fenced(run: Run) -> bool:
-    # A fence whose tool has a probe goes back in doubt when redriven: the probe decides.
+def needs_a_look(run: Run) -> bool:
+    """A dead letter a bulk redrive leaves alone: its non-idempotent fence stands and its
+    tool has no probe, so only a person can tell whether the write happened (and redrive it
+    alone, forced). A fence whose tool has a probe goes back in doubt: the probe decides."""
     return run.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE and not run.fence_probe
 
 

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 import tenure
 from tenure import RunRequest, RunStatus
 
-from .conftest import AUTH, SECRET, Seeded, make_runtime, seed
+from .conftest import AUTH, SECRET, Seeded, _wait_claimable, make_runtime, seed
 
 
 def test_health_and_the_openapi_schema_are_served(client: TestClient) -> None:
@@ -155,6 +155,47 @@ def test_redrive_one_refuses_a_standing_fence_without_force(
     assert rt.status(seeded.dead).status is RunStatus.QUEUED  # type: ignore[union-attr]
     again = client.post(f"/api/runs/{seeded.dead}/redrive", headers=AUTH)
     assert again.status_code == 409 and "not dead-lettered" in again.json()["error"]
+
+
+def _dead_letter_with_a_probed_fence(rt: tenure.Runtime) -> str:
+    """A run whose write failed without an answer, then whose probe could not tell: it is
+    dead-lettered with its fence standing, and its tool has a probe."""
+
+    @rt.tool(
+        effect=tenure.ToolEffect.NON_IDEMPOTENT_WRITE,
+        timeout=2,
+        probe=lambda ctx, amount: tenure.Probe.unknown("the gateway does not say"),
+    )
+    def pay(ctx: tenure.ToolContext, amount: int) -> dict[str, int]:
+        raise tenure.RetryableError("no answer", failure_class=tenure.FailureClass.TIMEOUT)
+
+    run_id = rt.enqueue(
+        RunRequest(
+            prompt="pay",
+            tools=["pay"],
+            script=[{"call": [{"tool": "pay", "args": {"amount": 7}}]}, {"say": "paid"}],
+        )
+    )
+    rt.run_queued(run_id)  # the write fails unanswered: back in doubt
+    _wait_claimable(rt, run_id)
+    rt.run_queued(run_id)  # the probe cannot tell: dead-lettered, fence standing
+    run = rt.status(run_id)
+    assert run is not None and run.is_dead_letter and run.fence_probe
+    return run_id
+
+
+def test_bulk_redrive_lets_the_probe_decide_a_fence_whose_tool_has_one(
+    make_client: Callable[..., TestClient], rt: tenure.Runtime, seeded: Seeded
+) -> None:
+    # As `tenure bulk redrive` does: only a fence without a probe needs a person's look.
+    probed = _dead_letter_with_a_probed_fence(rt)
+    client = make_client()
+    dry = client.post("/api/redrive", json={"dry_run": True}, headers=AUTH).json()
+    assert probed in dry["would_redrive"] and dry["skipped_fenced"] == [seeded.fenced]
+    done = client.post("/api/redrive", json={}, headers=AUTH).json()
+    assert probed in done["redriven"] and done["skipped_fenced"] == [seeded.fenced]
+    run = rt.status(probed)
+    assert run is not None and run.status is RunStatus.QUEUED and run.fence_probe
 
 
 def test_bulk_redrive_is_capped_skips_fences_and_is_audited(

@@ -443,7 +443,7 @@ def redrive(
 
 @router.post(
     "/redrive",
-    summary="Redrive dead-letters in bulk (capped; fenced runs are skipped; audited)",
+    summary="Redrive dead-letters in bulk (capped; fences without a probe are skipped; audited)",
 )
 def redrive_many(
     request: Request, caller: Writer, body: Annotated[BulkRedriveBody, Body()]

@@ -334,8 +334,9 @@ class Web:
         dry_run: bool = False,
         expected: int | None = None,
     ) -> dict[str, Any]:
-        """Redrive up to `limit` dead-letters; runs whose non-idempotent fence stands are
-        skipped (each needs a person's look and a forced redrive of its own). With
+        """Redrive up to `limit` dead-letters; runs whose non-idempotent fence stands and
+        has no probe are skipped (each needs a person's look and a forced redrive of its own;
+        with a probe, the redrive sends the run back in doubt and the probe decides). With
         `expected`, the count of runs to redrive the operator confirmed: a different count
         now is a conflict, and nothing is redriven."""
         if expected is not None and not dry_run:
@@ -363,7 +364,7 @@ class Web:
                     break
                 page, cursor = self.page(RunStatus.FAILED, r, queue, limit - handled, cursor)
                 for run in page:
-                    if run.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+                    if _bulk.needs_a_look(run):
                         fenced.append(run.id)
                     elif dry_run or self.runtime.redrive(run.id):
                         redriven.append(run.id)
