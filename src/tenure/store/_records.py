@@ -198,6 +198,18 @@ class Budget:
             return True
         return self.max_cost is not None and self.spent_cost >= self.max_cost
 
+    def summary(self) -> str:
+        """One line for people: each limit's spending against it, then what is in flight."""
+        parts = []
+        if self.max_tokens is not None:
+            parts.append(f"{self.spent_tokens} of {self.max_tokens} tokens")
+        if self.max_cost is not None:
+            parts.append(f"${self.spent_cost:.4g} of ${self.max_cost:.4g}")
+        text = ", ".join(parts) + " spent"
+        if self.reserved_tokens or self.reserved_cost:
+            text += f"; {self.reserved_tokens} tokens held by calls in flight"
+        return text
+
     def to_json(self) -> dict[str, Any]:
         return {
             "root_id": self.root_id,
