@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from tenure._capacity import CHARS_PER_TOKEN, estimate_tokens, prompt_text
 from tenure._errors import Cancelled, Throttled
-from tenure._types import RunRequest
+from tenure._types import Run, RunRequest
 from tenure.providers._base import ModelCall, ModelReply, Provider
 
 if TYPE_CHECKING:
@@ -53,10 +53,16 @@ class BudgetBusy(Throttled):
         self.args = (f"the run tree's budget is held by its calls in flight for {wait:.1f} s",)
 
 
-def root_of(run_id: str) -> str:
+def root_of(run: Run) -> str:
     """The run whose ledger a run's model calls spend from: its tree's root. Until runs
-    have parents every run is its own root; child runs make this the run's `root_id`."""
-    return run_id
+    have parents every run is its own root; child runs make this `run.root_id`."""
+    return run.id
+
+
+def tree_of(store: Store, run_id: str) -> str:
+    """The root of a run's tree, from its row (a run gone from the store is its own)."""
+    run = store.get_run(run_id)
+    return run_id if run is None else root_of(run)
 
 
 def has_budget(request: RunRequest) -> bool:
@@ -80,7 +86,7 @@ def spend(
     """Make the call `make` stands for on the tree's ledger: reserve, call, settle."""
     request = call.request
     store = segment.store
-    root = root_of(segment.run_id)
+    root = segment.tree_root()
     limits = (request.max_tokens, request.max_cost)
     tokens = estimate_tokens(call, provider)
     cost = estimate_cost(call, provider)

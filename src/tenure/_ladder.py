@@ -91,6 +91,7 @@ class Segment:
     last_sequence: int = -1
     _defer_end: bool = False  # return the normal end instead of settling it here
     _kept: bool = False  # the lease keeper renews this segment's lease
+    _tree_root: str | None = None  # the root of the run's tree, read once (a budgeted run)
     steps: Steps = field(init=False)
 
     def __post_init__(self) -> None:
@@ -154,6 +155,13 @@ class Segment:
     def wrote_anything(self) -> bool:
         """Whether this segment has recorded an event yet (its claim aside)."""
         return bool(self.steps.written)
+
+    def tree_root(self) -> str:
+        """The root of the run's tree, whose ledger its model calls spend from (SPEC §21):
+        read from the run's row at the first call of a run with a budget."""
+        if self._tree_root is None:
+            self._tree_root = _budget.tree_of(self.store, self.run_id)
+        return self._tree_root
 
     def _release_from_keeper(self) -> None:
         keeper = self.engine.keeper

@@ -543,7 +543,7 @@ class Runtime:
         """The budget of the run's tree (SPEC §21) as its ledger has it now: the root's
         `max_tokens` / `max_cost`, what the tree spent and what its calls in flight hold.
         None until a model call of a run with a budget has used it."""
-        return self.store.budget(_budget.root_of(run_id))
+        return self.store.budget(_budget.tree_of(self.store, run_id))
 
     def stream(self, run_id: str, after: int = -1) -> Iterator[Event | Delta]:
         """Follow a run live, from any process (SPEC §18): its events after sequence `after`
