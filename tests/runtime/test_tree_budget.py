@@ -46,7 +46,7 @@ def _other_run(rt: tenure.Runtime) -> Lease:
 def test_a_runs_calls_are_spent_on_its_trees_ledger(make_runtime: MakeRuntime, kind: str) -> None:
     rt = make_runtime()
     _agent(rt)
-    result = rt.run(_request(kind, max_tokens=1000, max_cost=2.0))
+    result = rt.run(_request(kind, max_tokens=1000, max_cost=2))  # a whole number of USD
     assert result.outcome is Outcome.COMPLETED
     budget = rt.budget(result.run_id)
     assert budget is not None

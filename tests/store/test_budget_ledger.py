@@ -149,7 +149,7 @@ def test_reserve_stalled_after_its_read_vs_settle_and_another_reserve(store: Sto
 
 
 ESTIMATE = 30
-TREE_BUDGET = 1000
+TREE_BUDGET = 2000
 
 
 def _spend_in_process(url: str, tree: str, lease: Lease, start: Any, out: Any) -> None:
