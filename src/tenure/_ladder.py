@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tenure import _indoubt, _policy, _recovery, _requests, _toolstep
+from tenure import _budget, _indoubt, _policy, _recovery, _requests, _toolstep
 from tenure._endings import Ending, outcome_of
 from tenure._errors import (
     Cancelled,
@@ -91,6 +91,7 @@ class Segment:
     last_sequence: int = -1
     _defer_end: bool = False  # return the normal end instead of settling it here
     _kept: bool = False  # the lease keeper renews this segment's lease
+    _tree_root: str | None = None  # the root of the run's tree, read once (a budgeted run)
     steps: Steps = field(init=False)
 
     def __post_init__(self) -> None:
@@ -154,6 +155,13 @@ class Segment:
     def wrote_anything(self) -> bool:
         """Whether this segment has recorded an event yet (its claim aside)."""
         return bool(self.steps.written)
+
+    def tree_root(self) -> str:
+        """The root of the run's tree, whose ledger its model calls spend from (SPEC §21):
+        read from the run's row at the first call of a run with a budget."""
+        if self._tree_root is None:
+            self._tree_root = _budget.tree_of(self.store, self.run_id)
+        return self._tree_root
 
     def _release_from_keeper(self) -> None:
         keeper = self.engine.keeper
@@ -270,24 +278,36 @@ class Segment:
                 )
             if journal.answers >= request.max_iterations:
                 return self.finish(TerminationReason.MAX_ITERATIONS)
-            if _functions.over_budget(request, journal.usage):
+            reply = self._model_turn(request, journal, provider)
+            if reply is None:
                 return self.finish(TerminationReason.BUDGET_EXHAUSTED)
-            call = ModelCall(
-                messages=list(journal.messages),
-                tools=self.engine.tools.specs(request.tools),
-                run_id=self.run_id,
-                attempt=self.lease.attempt,
-                request=request,
-                abort=self.steps.abort,
-                timeout=self.engine.model_timeout(request.model),
-                through=self.through,
-            )
-            reply = self.ask(provider, call)
             llm = NewEvent(EventKind.LLM, _functions.llm_payload(reply))
             if not reply.tool_calls:
                 return self._complete(reply, llm)
             (sequence,) = self.steps.record([llm], reply.usage)
             journal.add_answer(sequence, reply)
+
+    def _model_turn(
+        self, request: RunRequest, journal: Journal, provider: Provider
+    ) -> ModelReply | None:
+        """The built-in loop's model step; None when the budget is spent: the run's own
+        (no call needed to know it) or its tree's, on the ledger."""
+        if _functions.over_budget(request, journal.usage):
+            return None
+        call = ModelCall(
+            messages=list(journal.messages),
+            tools=self.engine.tools.specs(request.tools),
+            run_id=self.run_id,
+            attempt=self.lease.attempt,
+            request=request,
+            abort=self.steps.abort,
+            timeout=self.engine.model_timeout(request.model),
+            through=self.through,
+        )
+        try:
+            return self.ask(provider, call)
+        except _budget.BudgetSpent:
+            return None
 
     def _tool_of(self, request: RunRequest) -> Callable[[str], Tool | None]:
         """The tool a call names, if the run may use it and this process has it."""
@@ -301,8 +321,15 @@ class Segment:
     # -- the model step ------------------------------------------------------------------
 
     def ask(self, provider: Provider, call: ModelCall) -> ModelReply:
-        """The model step. A streaming provider's text is published while it arrives
-        (SPEC §18); the call's last deltas are out before its `llm` event is recorded."""
+        """The model step, on its run tree's budget when the run has one (SPEC §21): raises
+        `BudgetSpent` when that is spent."""
+        if not _budget.has_budget(call.request):
+            return self._ask(provider, call)
+        return _budget.spend(self, provider, call, lambda: self._ask(provider, call))
+
+    def _ask(self, provider: Provider, call: ModelCall) -> ModelReply:
+        """A streaming provider's text is published while it arrives (SPEC §18); the
+        call's last deltas are out before its `llm` event is recorded."""
         deltas = self.engine.deltas if streams(provider) else None
         stream = deltas.open(self.lease, self.steps.next_sequence()) if deltas is not None else None
         if stream is not None:
@@ -410,7 +437,7 @@ class Segment:
         with a `throttled` event, not charged to the requeue budget."""
         payload = {
             "model": throttled.model,
-            "why": "circuit_open" if throttled.circuit else "capacity",
+            "why": _park_reason(throttled),
             "delay": round(throttled.wait, 3),
             "worker": self.lease.owner,
         }
@@ -448,3 +475,9 @@ class Segment:
             mine = set(written)
             steps = [e for e in self.store.events(self.run_id, min(mine) - 1) if e.sequence in mine]
         return RunResult(outcome, self.run_id, output, steps, error, self.steps.usage)
+
+
+def _park_reason(throttled: Throttled) -> str:
+    if isinstance(throttled, _budget.BudgetBusy):
+        return "budget"
+    return "circuit_open" if throttled.circuit else "capacity"

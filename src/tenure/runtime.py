@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
-from tenure import _policy, _requests
+from tenure import _budget, _policy, _requests
 from tenure._capacity import Capacity, unused_model
 from tenure._errors import DecisionConflict, InvalidRequest
 from tenure._follow import follow
@@ -41,7 +41,15 @@ from tenure.providers._awaited import Awaited
 from tenure.providers._base import AsyncProvider, Provider
 from tenure.providers.scripted import Scripted
 from tenure.store import open_store
-from tenure.store._base import Claimed, ModelState, NewEvent, NewRun, PausedQueue, Store
+from tenure.store._base import (
+    Budget,
+    Claimed,
+    ModelState,
+    NewEvent,
+    NewRun,
+    PausedQueue,
+    Store,
+)
 from tenure.store._records import QueueState
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -530,6 +538,12 @@ class Runtime:
 
     def events(self, run_id: str, after: int = -1) -> list[Event]:
         return self.store.events(run_id, after)
+
+    def budget(self, run_id: str) -> Budget | None:
+        """The budget of the run's tree (SPEC §21) as its ledger has it now: the root's
+        `max_tokens` / `max_cost`, what the tree spent and what its calls in flight hold.
+        None until a model call of a run with a budget has used it."""
+        return self.store.budget(_budget.tree_of(self.store, run_id))
 
     def stream(self, run_id: str, after: int = -1) -> Iterator[Event | Delta]:
         """Follow a run live, from any process (SPEC §18): its events after sequence `after`

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import tenure
-from tenure import RunStatus, TerminationReason
+from tenure import RunRequest, RunStatus, TerminationReason
 
 from .conftest import INVOICE_SCRIPT, Cli, one_line_error
 
@@ -141,9 +141,10 @@ def test_status_shows_one_run(cli: Cli) -> None:
     assert lines[0].split() == ["id", run_id]
     assert ["status", "queued"] in [line.split() for line in lines]
     data = cli("status", run_id, "--json").json()
-    assert set(data) == RUN_FIELDS | {"agent", "input"}
+    assert set(data) == RUN_FIELDS | {"agent", "input", "budget"}
     assert (data["id"], data["status"], data["request"]) == (run_id, "queued", None)
     assert (data["agent"], data["input"]) == (None, None)  # a run of the built-in loop
+    assert data["budget"] is None  # no budget: no ledger
 
 
 def test_events_lists_the_stream_and_json_parses(cli: Cli) -> None:
@@ -273,3 +274,15 @@ def test_init_and_the_worker_banner_never_print_the_database_password(
         out, err = worker.communicate(timeout=30)
     assert "postgres:***@" in banner + err, banner + err
     assert "hunter2" not in banner + out + err
+
+
+def test_status_shows_the_trees_budget(cli: Cli) -> None:
+    usage = {"input_tokens": 30, "output_tokens": 12}
+    with tenure.Runtime(cli.url) as rt:
+        script = [{"say": "hi", "usage": usage}]
+        request = RunRequest(prompt="p", model="scripted", script=script, max_tokens=500)
+        run_id = rt.run(request).run_id
+    lines = [line.split(None, 1) for line in cli("status", run_id).out.splitlines()]
+    assert ["budget", "42 of 500 tokens spent"] in lines
+    data = cli("status", run_id, "--json").json()
+    assert data["budget"]["spent_tokens"] == 42 and data["budget"]["max_tokens"] == 500

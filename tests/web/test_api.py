@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 import tenure
 from tenure import RunRequest, RunStatus
 
-from .conftest import AUTH, SECRET, Seeded, _wait_claimable, make_runtime, seed
+from .conftest import AUTH, SECRET, Seeded, _wait_claimable, login, make_runtime, seed
 
 
 def test_health_and_the_openapi_schema_are_served(client: TestClient) -> None:
@@ -314,3 +314,23 @@ def test_an_event_stream_resumes_after_the_last_event_id(
         body = r.read().decode()
     sequences = [json.loads(d)["sequence"] for k, d in _sse(body) if k == "event"]
     assert sequences and sequences[0] == 4
+
+
+def test_a_run_shows_its_trees_budget(
+    rt: tenure.Runtime, make_client: Callable[..., TestClient]
+) -> None:
+    usage = {"input_tokens": 30, "output_tokens": 12, "cost": 0.25}
+    budgeted = rt.run(
+        RunRequest(prompt="p", script=[{"say": "hi", "usage": usage}], max_tokens=500, max_cost=1)
+    )
+    plain = rt.run(RunRequest(prompt="p", script=[{"say": "hi"}]))
+    client = make_client()
+    shown = client.get(f"/api/runs/{budgeted.run_id}", headers=AUTH).json()["budget"]
+    assert shown["root_id"] == budgeted.run_id
+    assert (shown["spent_tokens"], shown["max_tokens"], shown["reserved_tokens"]) == (42, 500, 0)
+    assert (shown["spent_cost"], shown["max_cost"]) == (0.25, 1.0)
+    assert client.get(f"/api/runs/{plain.run_id}", headers=AUTH).json()["budget"] is None
+    login(client)
+    page = client.get(f"/runs/{budgeted.run_id}").text
+    assert "42 of 500 tokens, $0.25 of $1 spent" in page
+    assert 'id="tree-budget"' not in client.get(f"/runs/{plain.run_id}").text

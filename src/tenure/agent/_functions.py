@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import orjson
 
 from tenure import _json, _loop
+from tenure._budget import BudgetSpent
 from tenure._classify import describe
 from tenure._errors import (
     InvalidRequest,
@@ -434,7 +435,10 @@ class AgentContext:
             turn=turn,
             options=options,
         )
-        reply = segment.ask(provider, call)
+        try:
+            reply = segment.ask(provider, call)
+        except BudgetSpent:  # the tree's budget, spent by other runs of it too
+            raise _Yield(segment.finish(TerminationReason.BUDGET_EXHAUSTED)) from None
         payload = {
             **llm_payload(reply),
             "position": position,

@@ -255,13 +255,15 @@ def status(ctx: Context, args: argparse.Namespace) -> int:
     call = agent_call(app.store.request_event(args.run_id))
     # An agent function's run: its steps by position, read from its journal.
     steps = agent_steps(app.events(args.run_id)) if call is not None else []
+    budget = app.budget(args.run_id)  # its tree's (SPEC §21)
     if args.json:
         data = run_json(found, call)
+        data["budget"] = None if budget is None else budget.to_json()
         if call is not None:
             data["steps"] = [s.to_json() for s in steps]
         print_json(data)
         return 0
-    run_details(found, call)
+    run_details(found, call, budget)
     if call is not None:
         out.print()
         if steps:

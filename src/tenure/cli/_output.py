@@ -14,7 +14,7 @@ from rich.text import Text
 
 from tenure import Event, EventKind, Run, RunStatus, TerminationReason
 from tenure.agent._runviews import AgentCall, AgentStep, Parameter, agent_call, parameters
-from tenure.store._base import ModelState
+from tenure.store._base import Budget, ModelState
 
 # markup=False: run outputs, errors and prompts are user text and must print verbatim.
 out = Console(highlight=False, markup=False, soft_wrap=True)
@@ -156,9 +156,11 @@ def run_json(run: Run, call: AgentCall | None) -> dict[str, Any]:
     return fields
 
 
-def run_details(run: Run, call: AgentCall | None = None) -> None:
+def run_details(run: Run, call: AgentCall | None = None, budget: Budget | None = None) -> None:
     fields = run.to_json()
     fields.pop("request", None)
+    if budget is not None:  # the run tree's, from its ledger (SPEC §21)
+        fields["budget"] = budget.summary()
     if call is not None:  # what the run was asked, first after its id
         fields = {
             "id": fields.pop("id"),

@@ -24,6 +24,8 @@ from tenure._types import (
 )
 from tenure.store._records import (
     NO_USAGE,
+    Budget,
+    BudgetGrant,
     Claimed,
     Grant,
     Held,
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NO_USAGE",
+    "Budget",
+    "BudgetGrant",
     "Claimed",
     "Grant",
     "Held",
@@ -363,6 +367,27 @@ class Store(Protocol):
 
     def models(self, name: str | None = None) -> list[ModelState]:
         """Every model with a row (or that one), by name."""
+
+    def reserve_budget(
+        self,
+        root_id: str,
+        lease: Lease,
+        limits: tuple[int | None, float | None],
+        tokens: int,
+        cost: float,
+        hold_seconds: float,
+    ) -> BudgetGrant:
+        """Compare-and-set on a run tree's ledger (SPEC §21): reserve a model call's
+        estimated `tokens` and `cost`, granted only while the spending plus what the calls
+        in flight reserved leaves some of each limit, and only while `lease` holds. The
+        ledger is written at its first reservation with `limits` (max tokens, max cost)."""
+
+    def settle_budget(self, root_id: str, reservation: str, tokens: int, cost: float) -> None:
+        """The call ended: what it used (nothing, if it failed) is spent, once, and its
+        reservation is gone."""
+
+    def budget(self, root_id: str) -> Budget | None:
+        """A run tree's ledger as it is now (None: no call of the tree has used it)."""
 
     def park(
         self,

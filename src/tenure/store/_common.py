@@ -4,6 +4,7 @@ plumbing of `_sqlbase.py`. A dialect (sqlite.py, postgres.py) subclasses `SQLSto
 
 from __future__ import annotations
 
+from tenure.store._budgets import BudgetStore
 from tenure.store._capacity import CapacityStore
 from tenure.store._maintenance import Maintenance
 from tenure.store._owner import OwnerTransitions
@@ -17,6 +18,13 @@ __all__ = ["Cursor", "SQLStore"]
 
 
 class SQLStore(
-    OwnerTransitions, Maintenance, Reads, WorkerRows, QueueControls, Streaming, CapacityStore
+    OwnerTransitions,
+    Maintenance,
+    Reads,
+    WorkerRows,
+    QueueControls,
+    Streaming,
+    CapacityStore,
+    BudgetStore,
 ):
     """Every transition and read of the Store protocol, for one SQL dialect."""

@@ -156,6 +156,7 @@ class Maintenance(SQLBase):
             cur.execute(self._q["purge_events"], {"cutoff": cutoff})
             params = {"cutoff": cutoff, "dead_beats": DEAD_AFTER_BEATS}
             cur.execute(self._q["purge_workers"], params)
+            cur.execute(self._q["purge_budgets"], {"cutoff": cutoff})
             return int(cur.execute(self._q["purge_runs"], {"cutoff": cutoff}).rowcount)
 
         return self._write(tx)

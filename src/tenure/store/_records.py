@@ -179,6 +179,59 @@ class Grant:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """A run tree's budget as its ledger has it now (SPEC §21): the root's limits, what
+    settled calls spent, and what the calls in flight reserved."""
+
+    root_id: str
+    max_tokens: int | None
+    max_cost: float | None
+    spent_tokens: int
+    spent_cost: float
+    reserved_tokens: int
+    reserved_cost: float
+
+    @property
+    def spent(self) -> bool:
+        """Nothing of a limit is left: the next call anywhere in the tree is refused."""
+        if self.max_tokens is not None and self.spent_tokens >= self.max_tokens:
+            return True
+        return self.max_cost is not None and self.spent_cost >= self.max_cost
+
+    def summary(self) -> str:
+        """One line for people: each limit's spending against it, then what is in flight."""
+        parts = []
+        if self.max_tokens is not None:
+            parts.append(f"{self.spent_tokens} of {self.max_tokens} tokens")
+        if self.max_cost is not None:
+            parts.append(f"${self.spent_cost:.4g} of ${self.max_cost:.4g}")
+        text = ", ".join(parts) + " spent"
+        if self.reserved_tokens or self.reserved_cost:
+            text += f"; {self.reserved_tokens} tokens held by calls in flight"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root_id": self.root_id,
+            "max_tokens": self.max_tokens,
+            "max_cost": self.max_cost,
+            "spent_tokens": self.spent_tokens,
+            "spent_cost": round(self.spent_cost, 6),
+            "reserved_tokens": self.reserved_tokens,
+            "reserved_cost": round(self.reserved_cost, 6),
+        }
+
+
+@dataclass(frozen=True)
+class BudgetGrant:
+    """What `reserve_budget` answered: a reservation, or why not (`spent`: the budget is
+    spent; otherwise the calls in flight hold what is left, and may give some back)."""
+
+    reservation: str | None
+    spent: bool = False
+
+
+@dataclass(frozen=True)
 class PausedQueue:
     """A queue an operator paused: claims pass its runs over until it is resumed."""
 

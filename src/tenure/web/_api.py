@@ -246,7 +246,10 @@ def get_run(request: Request, run_id: RunId, caller: Reader, reveal: Reveal = Fa
     reveal = revealing(request, reveal)
     web = web_of(request)
     run = web.run(run_id)
-    return _views.run_json(run, reveal=reveal, call=web.agent_call(run_id))
+    data = _views.run_json(run, reveal=reveal, call=web.agent_call(run_id))
+    budget = web.runtime.budget(run_id)  # its tree's (SPEC §21)
+    data["budget"] = None if budget is None else budget.to_json()
+    return data
 
 
 @router.get(

@@ -337,6 +337,7 @@ def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
         run=run,
         call=call,
         data=_views.run_json(run, reveal=reveal, call=call),
+        budget=web.runtime.budget(run_id),
         agent_steps=_views.step_rows(events, reveal=reveal) if call is not None else [],
         steps=_views.timeline(events, reveal=reveal),
         last_sequence=events[-1].sequence if events else -1,

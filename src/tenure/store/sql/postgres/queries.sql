@@ -406,6 +406,12 @@ DELETE FROM tenure_events
                      AND finished_at < %(cutoff)s
                      FOR UPDATE);
 
+-- name: purge_budgets
+-- The ledgers of the trees whose root is purged with it (its reservations go with them).
+DELETE FROM tenure_budgets
+ WHERE root_id IN (SELECT id FROM tenure_runs
+                    WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at < %(cutoff)s);
+
 -- name: purge_runs
 DELETE FROM tenure_runs
  WHERE status IN ('completed', 'failed', 'cancelled') AND finished_at < %(cutoff)s;
@@ -897,3 +903,70 @@ SELECT queue, paused_at, paused_by FROM tenure_paused_queues ORDER BY queue;
 SELECT queue, status, COUNT(*) FROM tenure_runs
  WHERE status IN ('queued', 'running', 'waiting_for_approval', 'waiting_for_input')
  GROUP BY queue, status;
+
+-- name: ensure_budget
+-- The ledger of a tree's budget (SPEC §21), written at its first model call: seeded with
+-- what its root had used before there was a ledger (a run from an older tenure).
+INSERT INTO tenure_budgets (root_id, max_tokens, max_cost, spent_tokens, spent_cost, updated_at)
+SELECT r.id, %(max_tokens)s, %(max_cost)s, r.input_tokens + r.output_tokens, r.cost, {now}
+  FROM tenure_runs r
+ WHERE r.id = %(root)s
+ON CONFLICT (root_id) DO NOTHING;
+
+-- name: lock_budget
+-- The ledger's row, locked before a reservation or a settlement changes it: the statements
+-- after it in the transaction then see every earlier writer's reservations and spending.
+SELECT root_id FROM tenure_budgets WHERE root_id = %(root)s FOR UPDATE;
+
+-- name: sweep_budget_reservations
+-- Reservations past their hold: never settled (their worker died), counted by nobody.
+DELETE FROM tenure_budget_reservations WHERE root_id = %(root)s AND expires_at <= {now};
+
+-- name: _held_budget
+-- What the calls in flight on a tree's budget reserved: only those whose run still holds
+-- the lease they were made under.
+SELECT COALESCE(SUM(s.tokens), 0) AS tokens, COALESCE(SUM(s.cost), 0) AS cost
+  FROM tenure_budget_reservations s
+  JOIN tenure_runs r ON r.id = s.run_id AND r.lease_token = s.lease_token
+ WHERE s.root_id = %(root)s AND s.expires_at > {now}
+   AND r.status = 'running' AND r.lease_expires > {now}
+
+-- name: reserve_budget
+-- Compare-and-set on the tree's ledger: the call's estimate is reserved only while what
+-- was spent plus what the calls in flight reserved leaves some of each limit, and only
+-- for a run that holds its lease. A lone run is admitted exactly while it has not spent
+-- its budget (as before there was a ledger); the calls of a tree never overspend by more
+-- than the estimates of the calls in flight.
+WITH held AS ({_held_budget})
+INSERT INTO tenure_budget_reservations (id, root_id, run_id, lease_token, tokens, cost,
+                                        expires_at, created_at)
+SELECT %(id)s, b.root_id, %(run_id)s, %(token)s, %(tokens)s, %(cost)s,
+       {now} + make_interval(secs => %(hold)s), {now}
+  FROM tenure_budgets b, held h
+ WHERE b.root_id = %(root)s
+   AND (b.max_tokens IS NULL OR b.spent_tokens + h.tokens < b.max_tokens)
+   AND (b.max_cost IS NULL OR b.spent_cost + h.cost < b.max_cost)
+   AND EXISTS (SELECT 1 FROM tenure_runs r
+                WHERE r.id = %(run_id)s AND r.status = 'running'
+                  AND r.claimed_by = %(owner)s AND r.lease_token = %(token)s
+                  AND r.lease_expires >= {now})
+RETURNING id;
+
+-- name: budget
+-- A tree's ledger as it is now: its limits, what was spent, what the calls in flight hold.
+WITH held AS ({_held_budget})
+SELECT b.root_id, b.max_tokens, b.max_cost, b.spent_tokens, b.spent_cost, h.tokens, h.cost
+  FROM tenure_budgets b, held h
+ WHERE b.root_id = %(root)s;
+
+-- name: settle_budget
+-- After the call: what it used is spent (nothing, for a call that failed), once: only while
+-- its reservation stands (a retried settlement finds it gone).
+UPDATE tenure_budgets
+   SET spent_tokens = spent_tokens + %(tokens)s, spent_cost = spent_cost + %(cost)s,
+       updated_at = {now}
+ WHERE root_id = %(root)s
+   AND EXISTS (SELECT 1 FROM tenure_budget_reservations WHERE id = %(id)s);
+
+-- name: drop_budget_reservation
+DELETE FROM tenure_budget_reservations WHERE id = %(id)s;
