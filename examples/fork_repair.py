@@ -1,4 +1,4 @@
-"""A run that fails at its fourth step, fixed and forked from there (SPEC §23).
+"""A run that fails at its fourth step, fixed and forked from there.
 
     python examples/fork_repair.py            # on sqlite:///fork_repair.db
     TENURE_DATABASE_URL=postgresql://... python examples/fork_repair.py

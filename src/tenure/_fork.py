@@ -51,6 +51,8 @@ _LIFECYCLE = frozenset(
         EventKind.FORKED,
         # A probe's verdict is about an interrupted write, the step that follows it.
         EventKind.PROBE,
+        # The run's end: the answer its last step gave, assembled again by the fork's end.
+        EventKind.ASSEMBLED,
     }
 )
 _WRITES = frozenset({EventKind.TOOL, EventKind.STEP})
