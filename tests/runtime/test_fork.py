@@ -445,3 +445,120 @@ def test_an_agent_functions_write_before_the_fork_is_kept_and_keys_are_the_forks
         rt.fork(run_id, first_pay)
     report = audit(rt.store)
     assert report.violations == [], report.violations
+
+
+# -- the audit of forks --------------------------------------------------------------------
+
+
+def test_the_audit_catches_an_original_changed_after_its_fork(
+    make_runtime: MakeRuntime, db_url: str
+) -> None:
+    """The checks can fail: an original whose copied events were edited behind tenure's
+    back, and a fork's own call under another run's key, are each one violation."""
+    from tests._raw import raw_execute
+
+    rt, _ = shop(make_runtime)
+    original = finished(rt)
+    at = seq_of(rt, original, EventKind.TOOL, "pay") + 1
+    fork_id = rt.fork(original, at)
+    rt.run_queued(fork_id)
+    assert audit(rt.store).violations == []
+
+    edited = raw_execute(
+        db_url,
+        "UPDATE tenure_events SET attempt = attempt + 5 WHERE run_id = ? AND sequence = ?",
+        original,
+        2,
+    )
+    assert edited == 1
+    found = audit(rt.store).violations
+    assert any(fork_id in v and "differs from the original at sequence 2" in v for v in found), (
+        found
+    )
+
+    look = next(  # the fork's own look, after its copy
+        e.sequence for e in rt.events(fork_id)[at:] if e.payload.get("name") == "look"
+    )
+    payload = dict(rt.events(fork_id)[look].payload)
+    payload["idempotency_key"] = f"{original}:{look - 1}"
+    import json
+
+    raw_execute(
+        db_url,
+        "UPDATE tenure_events SET payload = ? WHERE run_id = ? AND sequence = ?",
+        json.dumps(payload),
+        fork_id,
+        look,
+    )
+    found = audit(rt.store).violations
+    assert any("a fork's own call under another run's key" in v for v in found), found
+
+
+def test_a_run_waiting_for_a_person_can_be_forked_and_stays_waiting(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime()
+
+    @rt.tool(effect=WRITE, requires_approval=True)
+    def refund(amount: int) -> str:
+        return f"refunded {amount}"
+
+    run_id = rt.enqueue(
+        RunRequest(
+            prompt="refund",
+            model="scripted",
+            tools=["refund"],
+            script=[{"call": [{"tool": "refund", "args": {"amount": 3}}]}, {"say": "done"}],
+        )
+    )
+    waiting = rt.run_queued(run_id)
+    assert waiting is not None and waiting.outcome is Outcome.AWAITING_APPROVAL
+    before = snapshot(rt, run_id)
+    asked = next(e.sequence for e in rt.events(run_id) if e.kind is EventKind.LLM)
+    fork_id = rt.fork(run_id, asked)  # from the turn that asked: the model is asked again
+    result = rt.run_queued(fork_id)
+    assert result is not None and result.outcome is Outcome.AWAITING_APPROVAL
+    rt.approve(fork_id, True, decided_by="ana")
+    done = rt.run_queued(fork_id)
+    assert done is not None and done.outcome is Outcome.COMPLETED
+    assert snapshot(rt, run_id) == before  # the original still waits, untouched
+    report = audit(rt.store)
+    assert report.violations == [], report.violations
+
+
+def test_an_agent_functions_interrupted_write_with_a_probe_forks_in_doubt(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime(max_requeues=0)
+    payments = Payments()
+
+    def check(ctx: tenure.ToolContext, amount: int) -> Probe:
+        if ctx.idempotency_key in payments.keys:
+            return Probe.done({"paid": amount})
+        return Probe.not_done()
+
+    @rt.tool(effect=WRITE, timeout=2, probe=check)
+    def pay(ctx: tenure.ToolContext, amount: int) -> dict[str, int]:
+        payments.keys.append(ctx.idempotency_key)
+        if len(payments.keys) == 1:
+            raise tenure.RetryableError("no answer", failure_class=FailureClass.TIMEOUT)
+        return {"paid": amount}
+
+    @rt.agent
+    def buy(ctx: tenure.AgentContext) -> Any:
+        ctx.now()
+        return ctx.tool("pay", amount=9)
+
+    run_id = rt.enqueue(RunRequest(agent="buy", input={}))
+    rt.run_queued(run_id)
+    dead = rt.status(run_id)
+    assert dead is not None and dead.is_dead_letter and dead.pending_effect is WRITE
+    last = rt.events(run_id)[-1].sequence
+    plan = rt.fork_plan(run_id, last)
+    assert plan.in_doubt is not None and plan.in_doubt["idempotency_key"] == f"{run_id}:1"
+    fork_id = rt.fork(run_id, last)
+    result = rt.run_queued(fork_id)
+    assert result is not None and result.outcome is Outcome.COMPLETED, result
+    assert payments.keys == [f"{run_id}:1"]  # asked of the probe: it happened, not paid again
+    report = audit(rt.store, max_requeues=0)
+    assert report.violations == [], report.violations
