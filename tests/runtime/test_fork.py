@@ -178,6 +178,34 @@ class Fixed:
         return tenure.ModelReply(text="fixed answer")
 
 
+def test_two_forks_at_the_same_instant_are_two_runs(make_runtime: MakeRuntime) -> None:
+    """Both hold the original (a shared lock on PostgreSQL, the writer lock in turn on
+    SQLite): neither blocks the other out, and neither changes the original."""
+    import threading
+
+    rt, _ = shop(make_runtime)
+    original = finished(rt)
+    before = snapshot(rt, original)
+    at = seq_of(rt, original, EventKind.TOOL, "pay") + 1
+    barrier = threading.Barrier(2)
+    made: list[str] = []
+
+    def fork() -> None:
+        barrier.wait()
+        made.append(rt.fork(original, at))
+
+    threads = [threading.Thread(target=fork) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(made)) == 2
+    assert sorted(r.id for r in forks_of(rt, original)) == sorted(made)
+    assert snapshot(rt, original) == before
+    report = audit(rt.store)
+    assert report.violations == [], report.violations
+
+
 def test_a_fork_with_another_model(make_runtime: MakeRuntime) -> None:
     rt, _ = shop(make_runtime)
     rt.add_model("fixed", Fixed())
