@@ -68,6 +68,35 @@ def test_support_triage_agent_function_routes_and_refunds_once(tmp_path: Path, d
     assert [p for p in (refunded[0]["position"], refunded[0]["step"])] == [2, "tool"]
 
 
+def test_fork_repair_reruns_the_failed_step_without_charging_again(
+    tmp_path: Path, db_url: str
+) -> None:
+    done = _run("fork_repair", tmp_path, db_url)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith(
+        "failed (not_retryable): agent fulfil raised ToolFailed: shipping_label failed: "
+        "KeyError: 'kilograms'"
+    )
+    assert "kept ['load_order', 'charge', 'reserve'], runs again ['shipping_label']" in lines[1]
+    assert lines[2] == "non-idempotent writes that would repeat: []"
+    assert lines[3].startswith("from the charge: refused: ") and "charge (sequence" in lines[3]
+    assert lines[4].endswith('completed: {"order": "A-1", "label": "A-1 to Lyon, 0.9 kg"}')
+    assert lines[5] == "cards charged: 1"
+    with tenure.Runtime(db_url) as rt:
+        runs = rt.runs()
+        (fork,) = [r for r in runs if r.forked_from is not None]
+        (original,) = [r for r in runs if r.forked_from is None]
+        assert original.is_dead_letter and fork.status is RunStatus.COMPLETED
+        assert fork.forked_from is not None and fork.forked_from.run_id == original.id
+        charges = [
+            e.payload["idempotency_key"]
+            for e in rt.events(fork.id)
+            if e.kind == "tool" and e.payload["name"] == "charge"
+        ]
+        assert charges == [f"{original.id}:1"]  # the kept charge, as recorded
+
+
 @pytest.mark.slow
 def test_batch_of_documents_with_three_workers(tmp_path: Path, db_url: str) -> None:
     first = _run("batch_documents", tmp_path, db_url)

@@ -10,6 +10,7 @@ from tenure._errors import (
     Cancelled,
     DatabaseUnavailable,
     DecisionConflict,
+    ForkRefused,
     InvalidRequest,
     ProviderError,
     RetryableError,
@@ -19,12 +20,14 @@ from tenure._errors import (
     UnknownModel,
     UnknownTool,
 )
+from tenure._fork import ForkPlan
 from tenure._limits import Limits
 from tenure._types import (
     Delta,
     Event,
     EventKind,
     FailureClass,
+    ForkedFrom,
     Outcome,
     Probe,
     ReapReport,
@@ -54,6 +57,9 @@ __all__ = [
     "EventKind",
     "FailureClass",
     "FallbackExhausted",
+    "ForkPlan",
+    "ForkRefused",
+    "ForkedFrom",
     "InvalidRequest",
     "Limits",
     "ModelReply",

@@ -49,6 +49,12 @@ class UnknownModel(InvalidRequest):
         self.name = name
 
 
+class ForkRefused(InvalidRequest):
+    """A fork (SPEC §23) that would repeat writes, or take up a write nobody can settle,
+    or of a run that changed while its fork was planned: one line naming why; nothing was
+    stored."""
+
+
 class ProviderError(TenureError):
     """A failed step, classified. `retry_after` (seconds) is honoured by the backoff."""
 

@@ -58,19 +58,20 @@ def resolve(
     the run may use it and this process has it."""
     call: dict[str, Any] = json.loads(fence_call)
     key = str(call.get("idempotency_key"))
+    # A fork in doubt (SPEC §23) carries its original's call: the probe asks about the
+    # original's key, and the call is found among the fork's pending ones by that key.
+    keyed_by = str(call.get("forked_from") or steps.run_id)
     pending = next(
-        (
-            p
-            for p in journal.pending
-            if idempotency_key(steps.run_id, p.llm_sequence, p.index) == key
-        ),
+        (p for p in journal.pending if idempotency_key(keyed_by, p.llm_sequence, p.index) == key),
         None,
     )
     tool = tool_of(str(call.get("name")))
 
     def written(result: Any, started: float) -> NewEvent:
         assert tool is not None and pending is not None  # _ask says unknown otherwise
-        return tool_event(pending, tool.effect, key, result, None, started, resolved_by="probe")
+        # Recorded under the run's own key: a fork's own calls are keyed by the fork.
+        own = idempotency_key(steps.run_id, pending.llm_sequence, pending.index)
+        return tool_event(pending, tool.effect, own, result, None, started, resolved_by="probe")
 
     settled = resolve_call(steps, tool, call, written, located=pending is not None)
     if isinstance(settled, Probe):

@@ -255,8 +255,10 @@ class Segment:
         return self._loop(request)
 
     def _loop(self, request: RunRequest) -> RunResult | Ending:
-        # The first segment of a run has no steps to resume: skip reading its journal.
-        first = self.lease.attempt == 0
+        # The first segment of a run has no steps to resume: skip reading its journal. Its
+        # only events are its request and its claim; a fork's first segment (attempt 0 too)
+        # has the events it copied (SPEC §23).
+        first = self.lease.attempt == 0 and self.last_sequence <= 1
         journal = Journal.rebuild(request, [] if first else self.store.events(self.run_id))
         provider = self.engine.models.get(request.model)
         if provider is None:

@@ -114,6 +114,7 @@ class EventKind(StrEnum):
     THROTTLED = "throttled"
     STEP = "step"  # an agent function's step other than a model or tool call (SPEC §20)
     SLEEPING = "sleeping"  # an agent function's durable timer (SPEC §20)
+    FORKED = "forked"  # a fork's first own event, after the copy of its original's (SPEC §23)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,15 @@ class Usage:
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class ForkedFrom:
+    """Where a fork came from (SPEC §23): the original run and the sequence it was forked
+    at (the fork holds a copy of the original's events before it)."""
+
+    run_id: str
+    sequence: int
 
 
 _EMPTY_WHEN_NONE = ("termination_reason", "pending_effect", "error_class")
@@ -171,6 +181,8 @@ class Run:
     # The standing fence's tool has a probe (SPEC §16): the run goes back in doubt, and the
     # next segment asks the probe whether the write happened, instead of dead-lettering it.
     fence_probe: bool = False
+    # A fork (SPEC §23): the run it was forked from and the sequence it was forked at.
+    forked_from: ForkedFrom | None = None
     # Set when the row could not be fully decoded (a corrupt value, a timestamp out of
     # range): which fields, and why. Those fields hold None, or for a required timestamp
     # 0001-01-01 UTC; the rest of the row is as stored.
@@ -187,6 +199,8 @@ class Run:
             value = getattr(self, f.name)
             if isinstance(value, datetime):
                 value = value.isoformat()
+            elif isinstance(value, ForkedFrom):
+                value = {"run_id": value.run_id, "sequence": value.sequence}
             elif value is None and f.name in _EMPTY_WHEN_NONE:
                 value = ""
             out[f.name] = value

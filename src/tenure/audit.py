@@ -165,6 +165,10 @@ class _Walk:
     dead_letters: list[_DeadLetter] = field(default_factory=list)
     redrives: list[Event] = field(default_factory=list)  # redriven events, in order
     last: Event | None = None
+    # The run whose id keys the model turns' calls: a fork's copied turns are its
+    # original's (SPEC §23); from its `forked` event on, its own.
+    keys_of: str = ""
+    forked: Event | None = None  # a fork's `forked` event
 
     def flag(self, event: Event, message: str) -> None:
         self.problems.append(f"run {self.run_id} event {event.sequence} ({event.kind}): {message}")
@@ -181,6 +185,7 @@ class _Walk:
         if (
             event.lease_token != self.token
             and event.kind is not EventKind.CLAIMED
+            and event.kind is not EventKind.FORKED  # a fork's own token starts here
             and not ahead
             and not begun
         ):
@@ -248,7 +253,7 @@ def _on_llm(w: _Walk, e: Event) -> None:
         w.flag(e, f"the model was called again before tool calls {pending} ran")
     calls = (e.payload.get("message") or {}).get("tool_calls") or []
     w.pending = {
-        f"{w.run_id}:{e.sequence}" + (f".{i}" if i else ""): str(c.get("id"))
+        f"{w.keys_of or w.run_id}:{e.sequence}" + (f".{i}" if i else ""): str(c.get("id"))
         for i, c in enumerate(calls)
     }
 
@@ -256,6 +261,7 @@ def _on_llm(w: _Walk, e: Event) -> None:
 def _on_tool(w: _Walk, e: Event) -> None:
     w.owner_step(e)
     key = str(e.payload.get("idempotency_key"))
+    _own_key(w, e)
     if key in w.tool_events:
         w.flag(e, f"tool call {key} executed again (first at {w.tool_events[key].sequence})")
     w.tool_events.setdefault(key, e)
@@ -329,6 +335,7 @@ def _on_step(w: _Walk, e: Event) -> None:
     """An agent function's step (SPEC §20); a write step is executed once per key."""
     w.owner_step(e)
     key = e.payload.get("idempotency_key")
+    _own_key(w, e)
     if key:
         if key in w.tool_events:
             w.flag(e, f"step {key} executed again (first at {w.tool_events[key].sequence})")
@@ -350,6 +357,30 @@ def _on_throttled(w: _Walk, e: Event) -> None:
     w.unstarted = False
 
 
+def _own_key(w: _Walk, e: Event) -> None:
+    """A fork's own call is keyed by the fork: two forks of one run never share a key."""
+    key = e.payload.get("idempotency_key")
+    if w.forked is not None and key and not str(key).startswith(f"{w.run_id}:"):
+        w.flag(e, f"a fork's own call under another run's key {key}")
+
+
+def _on_forked(w: _Walk, e: Event) -> None:
+    """SPEC §23: the events before this one are a copy of the original's (checked against
+    it in `_check_fork`); from here on the fork is a run of its own, queued and unclaimed,
+    with its own token, attempts, budget and keys. Tool calls of the last copied model
+    turn that have no result yet carry over, under the fork's keys."""
+    origin = w.keys_of or w.run_id
+    w.pending = {
+        f"{w.run_id}:{key.removeprefix(origin + ':')}": call for key, call in w.pending.items()
+    }
+    w.keys_of = w.run_id
+    w.forked = e
+    w.token, w.attempt, w.claims, w.charged = e.lease_token, 0, 0, 0
+    w.held = w.suspended = w.unstarted = w.interactive = False
+    w.tokens = {e.lease_token}
+    w.tool_events, w.dead_letters, w.redrives = {}, [], []
+
+
 _HANDLERS = {
     EventKind.REQUEST: _on_request,
     EventKind.CLAIMED: _on_claimed,
@@ -366,6 +397,7 @@ _HANDLERS = {
     EventKind.SLEEPING: _on_sleeping,
     EventKind.APPROVAL: _on_human,
     EventKind.INPUT: _on_human,
+    EventKind.FORKED: _on_forked,
 }
 
 
@@ -497,6 +529,47 @@ def _check_lease(run: Run, now: Any, report: AuditReport, stranded: timedelta | 
     return None
 
 
+# -- forks (SPEC §23) ----------------------------------------------------------------------
+
+
+def _check_fork(
+    store: Store, run: Run, events: Sequence[Event], walk: _Walk, original_exists: bool
+) -> None:
+    """A fork's journal is the original's events before the sequence it was forked at,
+    then its `forked` event; the original still holds exactly those events (a fork never
+    changes its original, and two forks of one run share nothing after their copies)."""
+    origin = run.forked_from
+    assert origin is not None
+    forked = walk.forked
+    if forked is None or forked.sequence != origin.sequence:
+        walk.problems.append(
+            f"run {run.id}: forked from {origin.run_id} at {origin.sequence}, but its "
+            f"`forked` event is at {forked.sequence if forked else None}"
+        )
+        return
+    if forked.payload.get("from") != origin.run_id or forked.payload.get("at") != origin.sequence:
+        walk.problems.append(
+            f"run {run.id}: its `forked` event {forked.payload} disagrees with its row"
+        )
+    if not original_exists:
+        return  # purged since: nothing to compare with
+    theirs = store.events(origin.run_id, after=-1)[: origin.sequence]
+
+    def copy(e: Event) -> tuple[Any, ...]:
+        return (e.sequence, e.kind, e.payload, e.attempt, e.lease_token, e.created_at)
+
+    mine = [copy(e) for e in events[: origin.sequence]]
+    if mine != [copy(e) for e in theirs]:
+        differ = next(
+            (a[0] for a, b in zip(mine, [copy(e) for e in theirs], strict=False) if a != b),
+            min(len(mine), len(theirs)),
+        )
+        walk.problems.append(
+            f"run {run.id}: its copy of run {origin.run_id}'s events differs from the original "
+            f"at sequence {differ}"
+        )
+
+
 # -- the external ledger -------------------------------------------------------------------
 
 
@@ -607,7 +680,10 @@ def audit(
         report.runs += 1
         report.events += len(events)
         report.outcomes[_outcome(run)] += 1
-        walk = _walk(run.id, events, max_requeues)
+        origin = run.forked_from.run_id if run.forked_from else None
+        walk = _walk(run.id, events, max_requeues, origin)
+        if run.forked_from is not None:
+            _check_fork(store, run, events, walk, run.forked_from.run_id in runs)
         if run.damaged is not None:
             report.violations.append(f"run {run.id}: damaged row: {run.damaged}")
         _check_dead_letters(walk, run)
@@ -623,8 +699,10 @@ def audit(
     return report
 
 
-def _walk(run_id: str, events: Sequence[Event], max_requeues: int) -> _Walk:
-    walk = _Walk(run_id, max_requeues)
+def _walk(
+    run_id: str, events: Sequence[Event], max_requeues: int, origin: str | None = None
+) -> _Walk:
+    walk = _Walk(run_id, max_requeues, keys_of=origin or run_id)
     sequences = [e.sequence for e in events]
     if sequences != list(range(len(events))):
         walk.problems.append(

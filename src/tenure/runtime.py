@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
-from tenure import _budget, _policy, _requests
+from tenure import _budget, _fork, _policy, _requests
 from tenure._capacity import Capacity, unused_model
-from tenure._errors import DecisionConflict, InvalidRequest
+from tenure._errors import DecisionConflict, ForkRefused, InvalidRequest, UnknownModel
 from tenure._follow import follow
 from tenure._keeper import Keeper
 from tenure._ladder import Engine, Segment, Settings
@@ -46,6 +46,7 @@ from tenure.store._base import (
     Claimed,
     ModelState,
     NewEvent,
+    NewFork,
     NewRun,
     PausedQueue,
     Store,
@@ -663,6 +664,84 @@ class Runtime:
         Refused (False) while a non-idempotent write may have happened, unless `force`.
         """
         return self.store.redrive(run_id, force)
+
+    def fork_plan(self, run_id: str, at: int) -> _fork.ForkPlan:
+        """What forking `run_id` at sequence `at` would keep, run again, and which writes
+        it would repeat (SPEC §23); stores nothing. Bad input raises InvalidRequest."""
+        if not isinstance(run_id, str) or not run_id:
+            raise InvalidRequest(f"run id must be a non-empty string, got {run_id!r}")
+        state = self.store.fork_state(run_id)
+        if state is None:
+            raise InvalidRequest(f"unknown run {run_id!r}")
+        # Events are only ever appended: those up to the sequence the row was read at are
+        # the journal the plan (and the fork's guard) speaks of.
+        events = self.store.events(run_id)
+        return _fork.make_plan(run_id, at, state, events)
+
+    def fork(
+        self,
+        run_id: str,
+        at: int,
+        *,
+        model: str | None = None,
+        allow_repeat_writes: bool = False,
+    ) -> str:
+        """A new queued run whose journal is `run_id`'s events before sequence `at` (SPEC
+        §23); returns its id. It resumes from there under the current code, with `model`
+        if given. Refused (ForkRefused, one line, nothing stored) when it would repeat a
+        completed non-idempotent write, unless `allow_repeat_writes`, or take up an
+        interrupted write whose tool has no probe. The original is not changed."""
+        if not isinstance(allow_repeat_writes, bool):
+            raise InvalidRequest(
+                f"allow_repeat_writes must be True or False, got {allow_repeat_writes!r}"
+            )
+        if model is not None and (not isinstance(model, str) or model not in self._models):
+            raise UnknownModel(str(model))
+        return self._fork(self.fork_plan(run_id, at), model, allow_repeat_writes)
+
+    def _fork(self, plan: _fork.ForkPlan, model: str | None, allow_repeat_writes: bool) -> str:
+        refusal = plan.refusal(allow_repeat_writes)
+        if refusal is not None:
+            raise ForkRefused(refusal)
+        request = {**plan.request, "idempotency_key": None}
+        if model is not None:
+            request["model"] = model
+        fork_id = new_run_id()
+        event = NewEvent(
+            EventKind.FORKED,
+            {
+                "from": plan.run_id,
+                "at": plan.at,
+                "model": model,
+                "allow_repeat_writes": allow_repeat_writes,
+                "repeated_writes": [w["idempotency_key"] for w in plan.repeated_writes],
+                "in_doubt": None if plan.in_doubt is None else plan.in_doubt["idempotency_key"],
+            },
+        )
+        state = plan.state
+        in_doubt = plan.in_doubt is not None
+        stored = self.store.fork(
+            NewFork(
+                fork_id=fork_id,
+                run_id=plan.run_id,
+                at=plan.at,
+                request=_requests.dumps_checked(request),
+                event=event,
+                seen_last_sequence=state.last_sequence,
+                seen_fence=state.pending_effect,
+                seen_probe=state.fence_probe,
+                fence=ToolEffect.NON_IDEMPOTENT_WRITE if in_doubt else None,
+                fence_probe=in_doubt,
+                fence_call=_fork.fork_fence_call(plan),
+            )
+        )
+        if not stored:
+            now = self.store.run_status(plan.run_id)
+            raise ForkRefused(
+                f"run {plan.run_id} changed while its fork was planned (it is {now} now): "
+                "nothing was forked; plan again"
+            )
+        return fork_id
 
     def purge(self, older_than_seconds: float) -> int:
         seconds = _policy.check_seconds(

@@ -19,6 +19,9 @@ EXPECTED = {
     "EventKind",
     "FailureClass",
     "FallbackExhausted",
+    "ForkPlan",
+    "ForkRefused",
+    "ForkedFrom",
     "InvalidRequest",
     "Limits",
     "ModelReply",
@@ -118,7 +121,7 @@ def test_records_are_frozen_dataclasses_with_the_spec_fields() -> None:
         "claimed_by", "lease_expires", "lease_token", "requeue_count", "available_at",
         "pending_effect", "attempt", "error_class", "error", "output", "input_tokens",
         "output_tokens", "cost", "created_at", "started_at", "finished_at", "updated_at",
-        "waiting", "wait_deadline", "fence_probe", "damaged",
+        "waiting", "wait_deadline", "fence_probe", "forked_from", "damaged",
     ]  # fmt: skip
     assert [f.name for f in dataclasses.fields(tenure.Event)] == [
         "run_id", "sequence", "attempt", "kind", "payload", "created_at", "lease_token",

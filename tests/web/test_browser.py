@@ -481,3 +481,36 @@ def test_the_runs_list_says_scheduled_and_shows_tokens_and_cost(
     assert row.locator("td.duration").inner_text().endswith("s")
     assert page.locator("tr[data-queue='default'] td.scheduled").inner_text() == "1"
     shot(page, f"runs_columns_{'sqlite' if rt.database_url.startswith('sqlite') else 'pg'}")
+
+
+def test_fork_from_here_shows_the_plan_then_asks_for_confirmation(
+    page: Any, rt: tenure.Runtime, seeded: Seeded
+) -> None:
+    from tenure import EventKind
+
+    charged = next(e.sequence for e in rt.events(seeded.dead) if e.kind is EventKind.TOOL)
+    log_in(page)
+    page.goto(f"/runs/{seeded.dead}")
+    page.locator(f"li[data-sequence='{charged + 1}'] a.fork-link").click()
+    page.wait_for_url(f"**/runs/{seeded.dead}/fork?at={charged + 1}")
+    assert "none: every write before" in page.locator("#fork-plan").inner_text()
+    assert page.locator("#fork-kept li").count() == charged + 1
+    shot(page, "fork_plan")
+    page.click(f"button:has-text('fork from #{charged + 1}')")
+    page.wait_for_url("**?done=forked")
+    assert "Forked:" in page.locator(".done").inner_text()
+    assert seeded.dead in page.locator("#forked-from").inner_text()
+    shot(page, "forked")
+
+    # From the charge itself: it would run again, and the box must be ticked first.
+    page.goto(f"/runs/{seeded.dead}")
+    page.locator(f"li[data-sequence='{charged}'] a.fork-link").click()
+    assert "charge" in page.locator("#fork-repeated").inner_text()
+    before = len(rt.runs())
+    page.click("button:has-text('fork and repeat these writes')")
+    assert len(rt.runs()) == before  # the browser refused the form without the box
+    page.check("input[name=allow_repeat_writes]")
+    page.click("button:has-text('fork and repeat these writes')")
+    page.wait_for_url("**?done=forked")
+    assert len(rt.runs()) == before + 1
+    shot(page, "forked_repeating")

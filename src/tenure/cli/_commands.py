@@ -33,6 +33,7 @@ from tenure.cli._output import (
     agents_table,
     err,
     event_line,
+    fork_plan_lines,
     models_table,
     out,
     plural,
@@ -302,6 +303,32 @@ def cancel(ctx: Context, args: argparse.Namespace) -> int:
     raise CliError(f"run {args.run_id} has already ended ({found.status}): nothing to cancel")
 
 
+def fork(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure import ForkRefused
+
+    app = ctx.app
+    _existing(app, args.run_id)
+    try:
+        if args.dry_run:
+            plan = app.fork_plan(args.run_id, args.at)
+            if args.json:
+                print_json(plan.to_json())
+            else:
+                for line in fork_plan_lines(plan, args.allow_repeat_writes):
+                    out.print(line, highlight=False, markup=False)
+            return 0
+        fork_id = app.fork(
+            args.run_id,
+            args.at,
+            model=args.model,
+            allow_repeat_writes=args.allow_repeat_writes,
+        )
+    except ForkRefused as exc:
+        raise CliError(str(exc)) from None
+    out.print(fork_id, highlight=False)
+    return 0
+
+
 def _redrive_one(app: Runtime, run_id: str, force: bool) -> int:
     if app.redrive(run_id, force=force):
         out.print(f"redriven {run_id}" + (" (forced)" if force else ""))
@@ -470,6 +497,7 @@ HANDLERS = {
     "events": events,
     "cancel": cancel,
     "redrive": redrive,
+    "fork": fork,
     "purge": purge,
     "demo": demo,
     "audit": audit,

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from tenure import Event, EventKind, Run, RunStatus, TerminationReason
+from tenure import Event, EventKind, ForkPlan, Run, RunStatus, TerminationReason
 from tenure.agent._runviews import AgentCall, AgentStep, Parameter, agent_call, parameters
 from tenure.store._base import Budget, ModelState
 
@@ -175,6 +175,8 @@ def run_details(run: Run, call: AgentCall | None = None, budget: Budget | None =
             line.append_text(status_text(run.status))
         elif key == "termination_reason":
             line.append_text(reason_text(run.termination_reason))
+        elif key == "forked_from" and run.forked_from is not None:
+            line.append(f"{run.forked_from.run_id} at {run.forked_from.sequence}")
         else:
             line.append("" if value is None else str(value))
         out.print(line)
@@ -365,3 +367,26 @@ def event_line(event: Event) -> Text:
     line.append("  " + clip(summarize(event), 200))
     line.rstrip()
     return line
+
+
+def fork_plan_lines(plan: ForkPlan, allow_repeat_writes: bool) -> list[str]:
+    """A fork's plan as people read it (SPEC §23): kept, run again, writes that repeat."""
+
+    def step(e: dict[str, Any]) -> str:
+        return f"{e['sequence']} {e['kind']}" + (f" {e['name']}" if e["name"] != e["kind"] else "")
+
+    lines = [f"fork of run {plan.run_id} ({plan.status}) at {plan.at}"]
+    lines.append(f"kept ({len(plan.kept)} events): " + ", ".join(step(e) for e in plan.kept))
+    again = ", ".join(step(e) for e in plan.again) or "nothing recorded: the run goes on"
+    lines.append(f"runs again ({len(plan.again)} steps): {again}")
+    for w in plan.repeated_writes:
+        where = "interrupted, in doubt" if w.get("in_doubt") else f"sequence {w['sequence']}"
+        lines.append(f"would repeat: {w['name']} ({where}, key {w['idempotency_key']})")
+    if plan.in_doubt is not None:
+        lines.append(
+            f"in doubt: {plan.in_doubt['name']} (key {plan.in_doubt['idempotency_key']}): "
+            "its probe is asked first"
+        )
+    refusal = plan.refusal(allow_repeat_writes)
+    lines.append(f"refused: {refusal}" if refusal else "can be forked")
+    return lines

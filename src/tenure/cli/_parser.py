@@ -404,6 +404,32 @@ def build(handlers: dict[str, Handler]) -> Parser:
     _bulk_options(p, "cancel")
 
     p = command(
+        "fork",
+        "rerun a run from a step: a new queued run with the run's events before SEQUENCE "
+        "(prints its id); refused if it would repeat a non-idempotent write",
+    )
+    p.add_argument("run_id", metavar="RUN", help="the run to fork (ended, or waiting for a person)")
+    p.add_argument(
+        "--at",
+        type=positive_int,
+        required=True,
+        metavar="SEQUENCE",
+        help="the first event not kept: the fork runs again from there",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (kept, run again, writes that would repeat) and store nothing",
+    )
+    p.add_argument(
+        "--allow-repeat-writes",
+        action="store_true",
+        help="fork even if completed non-idempotent writes would run again",
+    )
+    p.add_argument("--model", metavar="M", help="the model the fork uses from there")
+    p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+
+    p = command(
         "redrive",
         "send a dead-lettered run back to the queue with a fresh budget, or every dead letter "
         "a filter matches (--reason, --queue): prints the count and asks first",

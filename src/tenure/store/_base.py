@@ -27,11 +27,13 @@ from tenure.store._records import (
     Budget,
     BudgetGrant,
     Claimed,
+    ForkState,
     Grant,
     Held,
     Lease,
     ModelState,
     NewEvent,
+    NewFork,
     NewRun,
     PausedQueue,
     Settlement,
@@ -48,11 +50,13 @@ __all__ = [
     "Budget",
     "BudgetGrant",
     "Claimed",
+    "ForkState",
     "Grant",
     "Held",
     "Lease",
     "ModelState",
     "NewEvent",
+    "NewFork",
     "NewRun",
     "PausedQueue",
     "Settlement",
@@ -234,6 +238,11 @@ class Store(Protocol):
 
     def redrive(self, run_id: str, force: bool) -> bool: ...
 
+    def fork(self, new: NewFork) -> bool:
+        """Store a fork in one transaction: its row, a copy of the original's events before
+        `new.at`, its `forked` event; only while the original is still as the plan saw it
+        (else nothing is stored: False). The original's rows are only read."""
+
     def purge(self, older_than_seconds: float) -> int:
         """Delete ended runs (and their events) finished before the cutoff, and the rows of
         workers stopped or dead before it; how many runs."""
@@ -241,6 +250,9 @@ class Store(Protocol):
     def get_run(self, run_id: str, with_request: bool = False) -> Run | None: ...
 
     def run_status(self, run_id: str) -> RunStatus | None: ...
+
+    def fork_state(self, run_id: str) -> ForkState | None:
+        """What a fork's plan is decided on, read in one statement; None: no such run."""
 
     def events(self, run_id: str, after: int = -1) -> list[Event]: ...
 

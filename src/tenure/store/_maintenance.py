@@ -14,7 +14,7 @@ from tenure._types import (
     TerminationReason,
     ToolEffect,
 )
-from tenure.store._base import Claimed, Held, Lease, NewEvent, StaleRun
+from tenure.store._base import Claimed, Held, Lease, NewEvent, NewFork, StaleRun
 from tenure.store._sqlbase import Cursor, SQLBase, lifecycle
 
 
@@ -146,6 +146,31 @@ class Maintenance(SQLBase):
                 EventKind.REDRIVEN, force=force, pending_effect=prior, fence_probe=probe
             )
             self._append(cur, run_id, row[0], row[1], row[2], [event])
+            return True
+
+        return self._write(tx)
+
+    def fork(self, new: NewFork) -> bool:
+        params = {
+            "fork_id": new.fork_id,
+            "id": new.run_id,
+            "at": new.at,
+            "request": new.request,
+            "last_sequence": new.seen_last_sequence,
+            "seen_fence": str(new.seen_fence or ""),
+            "seen_probe": new.seen_probe,
+            "fence": str(new.fence or ""),
+            "fence_probe": new.fence_probe,
+            "fence_call": new.fence_call,
+        }
+
+        def tx(cur: Cursor) -> bool:
+            cur.execute(self._q["fork_run"], params)
+            if cur.rowcount != 1:  # the original moved on since the plan read it
+                return False
+            cur.execute(self._q["fork_events"], params)
+            # The fork's own first event, under its own (unclaimed) token and attempt.
+            self._append(cur, new.fork_id, new.at, 0, 0, [new.event])
             return True
 
         return self._write(tx)

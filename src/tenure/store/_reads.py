@@ -11,7 +11,9 @@ from tenure._types import (
     Run,
     RunStatus,
     TerminationReason,
+    ToolEffect,
 )
+from tenure.store._records import ForkState
 from tenure.store._rows import event_from_row, run_from_row
 from tenure.store._sqlbase import SQLBase
 
@@ -30,6 +32,15 @@ class Reads(SQLBase):
             return None
         row = rows[0] if with_request else (*rows[0][:-1], None)
         return run_from_row(row, self._time)
+
+    def fork_state(self, run_id: str) -> ForkState | None:
+        rows = self._read(self._q["fork_state"], {"id": run_id})
+        if not rows:
+            return None
+        status, last, fence, probe, call = rows[0]
+        return ForkState(
+            RunStatus(status), int(last), ToolEffect(fence) if fence else None, bool(probe), call
+        )
 
     def run_status(self, run_id: str) -> RunStatus | None:
         rows = self._read(self._q["run_status"], {"id": run_id})

@@ -95,6 +95,36 @@ class Held:
 
 
 @dataclass(frozen=True)
+class ForkState:
+    """What a fork's plan reads of the original's row, in one statement."""
+
+    status: RunStatus
+    last_sequence: int
+    pending_effect: ToolEffect | None
+    fence_probe: bool
+    fence_call: str | None
+
+
+@dataclass(frozen=True)
+class NewFork:
+    """A fork to store (SPEC §23), and what its plan was decided on (its guard)."""
+
+    fork_id: str
+    run_id: str  # the original
+    at: int  # the original's events before this sequence are copied; `event` takes it
+    request: str  # the fork's request (JSON text)
+    event: NewEvent  # the fork's `forked` event
+    # What the plan read of the original: the fork is made only while it still holds.
+    seen_last_sequence: int
+    seen_fence: ToolEffect | None
+    seen_probe: bool
+    # The fence the fork starts with: an in-doubt write's, kept for its probe (SPEC §16).
+    fence: ToolEffect | None = None
+    fence_probe: bool = False
+    fence_call: str | None = None
+
+
+@dataclass(frozen=True)
 class StaleRun:
     """A run the reaper read as stale: what its decision is made on, and guarded by."""
 

@@ -11,6 +11,7 @@ from tenure._types import (
     Event,
     EventKind,
     FailureClass,
+    ForkedFrom,
     Run,
     RunStatus,
     TerminationReason,
@@ -104,6 +105,8 @@ def run_from_row(row: Sequence[Any], time: Time) -> Run:
         waiting,
         wait_deadline,
         fence_probe,
+        forked_from_id,
+        forked_from_sequence,
         request,
     ) = row
     r = _Reader(time)
@@ -136,8 +139,16 @@ def run_from_row(row: Sequence[Any], time: Time) -> Run:
         waiting=r.field("waiting", _waiting_view, waiting, None),
         wait_deadline=r.time("wait_deadline", wait_deadline),
         fence_probe=bool(fence_probe),
+        forked_from=r.field(
+            "forked_from", _forked_from, (forked_from_id, forked_from_sequence), None
+        ),
         damaged=r.damaged,
     )
+
+
+def _forked_from(raw: tuple[Any, Any]) -> ForkedFrom | None:
+    run_id, sequence = raw
+    return None if run_id is None else ForkedFrom(str(run_id), int(sequence))
 
 
 def _waiting_view(raw: Any) -> dict[str, Any] | None:

@@ -34,6 +34,8 @@ RUN_COLUMNS = (
     "waiting",
     "wait_deadline",
     "fence_probe",
+    "forked_from_id",
+    "forked_from_sequence",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)

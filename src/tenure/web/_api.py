@@ -146,6 +146,18 @@ class BulkCancelBody(BulkBody):
     status: ACTIVE_STATUS | None = Field(None, description="only runs in this status")
 
 
+class ForkBody(Text):
+    at: int = Field(
+        ge=1,
+        le=2**53,
+        description="the first of the run's events not kept: the fork runs again from there",
+    )
+    model: str | None = Field(None, pattern=NAME_PATTERN, description="the fork's model")
+    allow_repeat_writes: bool = Field(
+        False, description="fork even if completed non-idempotent writes would run again"
+    )
+
+
 class DecisionBody(Text):
     approved: bool
     note: str | None = Field(None, max_length=10_000)
@@ -364,6 +376,19 @@ def redrive_plan(
     return web_of(request).plan(run_id, reveal=reveal).to_json()
 
 
+@router.get(
+    "/runs/{run_id}/fork-plan",
+    summary="Dry run of a fork: the events kept, the steps run again, the writes that would repeat",
+)
+def fork_plan(
+    request: Request,
+    run_id: RunId,
+    caller: Reader,
+    at: Annotated[int, Query(ge=1, le=2**53, description="the first event not kept")],
+) -> dict[str, Any]:
+    return web_of(request).fork_plan(run_id, at).to_json()
+
+
 @router.get("/leases", summary="Live leases, by the worker that holds them")
 def leases(request: Request, caller: Reader) -> list[dict[str, Any]]:
     return [h.to_json() for h in web_of(request).leases()]
@@ -442,6 +467,22 @@ def redrive(
 ) -> dict[str, Any]:
     plan = web_of(request).redrive(run_id, force, caller)
     return {"id": run_id, "redriven": True, "forced": plan.needs_force, "plan": plan.to_json()}
+
+
+@router.post(
+    "/runs/{run_id}/fork",
+    status_code=201,
+    summary="Rerun a run from a step: a new queued run with its events before `at`",
+)
+def fork(request: Request, run_id: RunId, caller: Writer, body: ForkBody) -> dict[str, Any]:
+    fork_id, plan = web_of(request).fork(
+        run_id, body.at, body.model, body.allow_repeat_writes, caller
+    )
+    return {
+        "id": fork_id,
+        "forked_from": {"run_id": run_id, "sequence": body.at},
+        "plan": plan.to_json(),
+    }
 
 
 @router.post(

@@ -19,6 +19,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from tenure import RunStatus, TerminationReason, __version__
 from tenure._errors import InvalidRequest
+from tenure._fork import FORKABLE
 from tenure._text import span
 from tenure.agent._runviews import agent_call, parameters
 from tenure.web import _overview, _views
@@ -42,6 +43,7 @@ DONE = {
     "redriven": "Redriven: the run is back in the queue.",
     "forced": "Redriven past a standing fence: the interrupted write may run again.",
     "cancelled": "Cancelled.",
+    "forked": "Forked: this run is queued and runs again from the step it was forked at.",
     "approved": "Approved: the run goes on.",
     "denied": "Denied: the run ends approval_denied.",
     "submitted": "Submitted: the run goes on with your values.",
@@ -349,6 +351,7 @@ def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
         calls=calls,
         context=context,
         fields=_fields,
+        forkable=run.status in FORKABLE,
     )
 
 
@@ -595,6 +598,34 @@ def redrive_form(
     plan = web_of(request).redrive(run_id, force, caller)
     done = "forced" if plan.needs_force else "redriven"
     return RedirectResponse(f"/runs/{quote(run_id)}?done={done}", status_code=303)
+
+
+@router.get("/runs/{run_id}/fork")
+def fork_page(request: Request, run_id: RunId, at: Annotated[int, Query(ge=1)]) -> Response:
+    """What forking the run at `at` would do, shown before an operator confirms it."""
+    caller = _reader(request)
+    if isinstance(caller, Response):
+        return caller
+    web = web_of(request)
+    return render(
+        request,
+        "fork.html",
+        run=web.run(run_id),
+        plan=web.fork_plan(run_id, at),
+    )
+
+
+@router.post("/runs/{run_id}/fork")
+def fork_form(
+    request: Request,
+    run_id: RunId,
+    at: Annotated[int, Form(ge=1)],
+    csrf: Annotated[str | None, Form()] = None,
+    allow_repeat_writes: Annotated[bool, Form()] = False,
+) -> Response:
+    caller = _operator(request, csrf)
+    fork_id, _ = web_of(request).fork(run_id, at, None, allow_repeat_writes, caller)
+    return RedirectResponse(f"/runs/{quote(fork_id)}?done=forked", status_code=303)
 
 
 @router.post("/dead-letters/redrive")

@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import HTTPException, Request
 
-from tenure import Event, Run, RunStatus, Runtime, TerminationReason, _bulk
+from tenure import Event, ForkPlan, ForkRefused, Run, RunStatus, Runtime, TerminationReason, _bulk
 from tenure._types import DEAD_LETTER_REASONS, ToolEffect
 from tenure.agent._held import HeldContext
 from tenure.agent._runviews import AgentCall, agent_call
@@ -273,6 +273,40 @@ class Web:
             len(plan.writes_done),
         )
         return plan
+
+    def fork_plan(self, run_id: str, at: int) -> ForkPlan:
+        self.run(run_id)  # an unknown run is a 404, not a bad request
+        return self.runtime.fork_plan(run_id, at)
+
+    def fork(
+        self,
+        run_id: str,
+        at: int,
+        model: str | None,
+        allow_repeat_writes: bool,
+        caller: Caller,
+    ) -> tuple[str, ForkPlan]:
+        """Fork `run_id` at `at` (SPEC §23): the plan, then the fork guarded by what the plan
+        read. A refusal (writes that would repeat, a run that changed) is a conflict."""
+        plan = self.fork_plan(run_id, at)
+        try:
+            fork_id = self.runtime.fork(
+                run_id, at, model=model, allow_repeat_writes=allow_repeat_writes
+            )
+        except ForkRefused as exc:
+            raise Conflict(str(exc)) from None
+        audit.warning(
+            "fork %s at %d by %s (%s): %s%s",
+            run_id,
+            at,
+            caller.actor,
+            caller.via,
+            fork_id,
+            f"; REPEATING {len(plan.repeated_writes)} non-idempotent write(s)"
+            if plan.repeated_writes
+            else "",
+        )
+        return fork_id, plan
 
     def cancel_many(
         self,

@@ -37,6 +37,7 @@ _LIFECYCLE = {
     EventKind.CANCELLED,
     EventKind.REDRIVEN,
     EventKind.THROTTLED,
+    EventKind.FORKED,  # where it came from, and the keys of the writes it repeats: no content
 }
 # Structural payload keys shown without reveal, per event kind.
 _SHOWN: dict[str, frozenset[str]] = {
@@ -396,6 +397,9 @@ _TITLES: dict[str, Callable[[Event, dict[str, Any]], str]] = {
     EventKind.REQUEUED: _requeued_title,
     EventKind.DEAD_LETTERED: lambda e, p: f"dead-lettered: {p.get('reason', '?')}",
     EventKind.REDRIVEN: lambda e, p: "redriven" + (" (forced)" if p.get("force") else ""),
+    EventKind.FORKED: lambda e, p: (
+        f"forked from {p.get('from', '?')} at #{p.get('at', '?')}: the events above are its copy"
+    ),
     EventKind.THROTTLED: lambda e, p: (
         f"parked for model {p.get('model', '?')} ({p.get('why', '?')}, {p.get('delay', '?')} s)"
     ),

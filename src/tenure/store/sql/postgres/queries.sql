@@ -397,6 +397,41 @@ UPDATE tenure_runs
    AND (%(force)s OR pending_effect <> 'non_idempotent_write' OR fence_probe)
 RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
+-- name: fork_state
+-- What a fork's plan is decided on (SPEC §23), read in one statement: the status, the last
+-- sequence (the journal it plans over ends there), the fence and the call it stands for.
+SELECT status, last_sequence, pending_effect, fence_probe, fence_call
+  FROM tenure_runs WHERE id = %(id)s;
+
+-- name: fork_run
+-- A fork (SPEC §23): a new queued run made from a run that has ended or waits for a person,
+-- guarded by everything its plan was decided on: the status, the last sequence (no event
+-- was added since the plan read the journal), the fence and its probe. The original's row
+-- is locked (FOR SHARE) until the fork commits, so no claim, decision, cancel or redrive
+-- changes it between this guard and the copy of its events; one that committed after the
+-- plan read it fails the guard (re-read on the newest row version), and nothing is copied.
+INSERT INTO tenure_runs (id, queue, status, request, available_at, last_sequence,
+                         pending_effect, fence_probe, fence_call, forked_from_id,
+                         forked_from_sequence, created_at, updated_at)
+SELECT %(fork_id)s, queue, 'queued', %(request)s, {now}, %(at)s, %(fence)s, %(fence_probe)s,
+       %(fence_call)s, id, %(at)s, {now}, {now}
+  FROM tenure_runs
+ WHERE id = %(id)s
+   AND status IN ('completed', 'failed', 'cancelled', 'waiting_for_approval',
+                  'waiting_for_input')
+   AND last_sequence = %(last_sequence)s AND pending_effect = %(seen_fence)s
+   AND fence_probe = %(seen_probe)s AND %(at)s BETWEEN 1 AND last_sequence
+   FOR SHARE
+RETURNING id, pg_notify('tenure_runs', queue);
+
+-- name: fork_events
+-- The fork's journal: the original's events before the sequence it was forked at, as they
+-- were recorded (attempt, token, time), in the same transaction as the fork's row.
+INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
+SELECT %(fork_id)s, sequence, attempt, lease_token, kind, payload, created_at
+  FROM tenure_events
+ WHERE run_id = %(id)s AND sequence < %(at)s;
+
 -- name: purge_events
 -- The runs are locked until the purge commits: a redrive cannot take back a run whose
 -- events are going.

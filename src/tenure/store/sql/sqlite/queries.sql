@@ -302,6 +302,38 @@ UPDATE tenure_runs
    AND (:force OR pending_effect <> 'non_idempotent_write' OR fence_probe)
 RETURNING last_sequence, attempt, lease_token;
 
+-- name: fork_state
+-- What a fork's plan is decided on (SPEC §23), read in one statement: the status, the last
+-- sequence (the journal it plans over ends there), the fence and the call it stands for.
+SELECT status, last_sequence, pending_effect, fence_probe, fence_call
+  FROM tenure_runs WHERE id = :id;
+
+-- name: fork_run
+-- A fork (SPEC §23): a new queued run made from a run that has ended or waits for a person,
+-- guarded by everything its plan was decided on: the status, the last sequence (no event
+-- was added since the plan read the journal), the fence and its probe. A run claimed (or
+-- decided, cancelled, redriven) after the plan was read inserts nothing, and the caller
+-- copies nothing. The original's row is only read.
+INSERT INTO tenure_runs (id, queue, status, request, available_at, last_sequence,
+                         pending_effect, fence_probe, fence_call, forked_from_id,
+                         forked_from_sequence, created_at, updated_at)
+SELECT :fork_id, queue, 'queued', :request, {now}, :at, :fence, :fence_probe, :fence_call,
+       id, :at, {now}, {now}
+  FROM tenure_runs
+ WHERE id = :id
+   AND status IN ('completed', 'failed', 'cancelled', 'waiting_for_approval',
+                  'waiting_for_input')
+   AND last_sequence = :last_sequence AND pending_effect = :seen_fence
+   AND fence_probe = :seen_probe AND :at BETWEEN 1 AND last_sequence;
+
+-- name: fork_events
+-- The fork's journal: the original's events before the sequence it was forked at, as they
+-- were recorded (attempt, token, time), in the same transaction as the fork's row.
+INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
+SELECT :fork_id, sequence, attempt, lease_token, kind, payload, created_at
+  FROM tenure_events
+ WHERE run_id = :id AND sequence < :at;
+
 -- name: purge_events
 DELETE FROM tenure_events
  WHERE run_id IN (SELECT id FROM tenure_runs
