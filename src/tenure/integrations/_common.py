@@ -4,7 +4,8 @@ reduction of a step's outcome to what a framework expects back."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from tenure._errors import InvalidRequest
 from tenure._types import ToolEffect
@@ -60,3 +61,26 @@ def check_effects(
 
 def effect_of(declared: Mapping[str, ToolEffect], name: str) -> ToolEffect:
     return declared.get(name, DEFAULT_EFFECT)
+
+
+def check_probes(
+    framework: str,
+    agent_name: str,
+    declared: Mapping[str, ToolEffect],
+    probes: Mapping[str, Callable[..., Any]] | None,
+    known: Iterable[str],
+) -> dict[str, Callable[..., Any]]:
+    """Probes only for write tools the agent has (one line, InvalidRequest, otherwise)."""
+    names = set(known)
+    for name, probe in (probes or {}).items():
+        if name not in names:
+            raise InvalidRequest(
+                f"{framework} agent {agent_name}: a probe for tool {name!r}, which it does not have"
+            )
+        if not callable(probe):
+            raise InvalidRequest(f"{framework} agent {agent_name}: probe for {name} is not callable")
+        if not effect_of(declared, name).is_write:
+            raise InvalidRequest(
+                f"{framework} agent {agent_name}: tool {name} is read_only: it needs no probe"
+            )
+    return dict(probes or {})

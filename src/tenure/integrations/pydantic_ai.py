@@ -28,6 +28,7 @@ agent's output as JSON (a pydantic model is dumped).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -61,9 +62,9 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
 from tenure._errors import InvalidRequest
-from tenure._types import ToolEffect
+from tenure._types import Probe, ToolContext, ToolEffect
 from tenure.agent._functions import AgentContext
-from tenure.integrations._common import check_effects, declared_effects, effect_of
+from tenure.integrations._common import check_effects, check_probes, declared_effects, effect_of
 from tenure.providers._base import ModelReply, ToolSpec
 
 if TYPE_CHECKING:
@@ -73,6 +74,16 @@ FRAMEWORK = "pydantic-ai"
 # How a tool's ModelRetry crosses the journal: recorded as the step's result, raised again
 # (on the first run and on every replay) where pydantic-ai expects it.
 _RETRY_KEY = "__tenure_model_retry__"
+_STEP: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
+    "tenure_pydantic_ai_step", default=None
+)
+
+
+def step_context() -> ToolContext | None:
+    """Inside a tool call of a registered agent: the step's `tenure.ToolContext` (its
+    `idempotency_key` is `RUN_ID:POSITION`, the same on every retry of this call, to pass to
+    the outside system the tool writes to); None elsewhere."""
+    return _STEP.get()
 
 
 def register(
@@ -83,23 +94,28 @@ def register(
     effects: Mapping[str, ToolEffect | str] | None = None,
     model: str | None = None,
     deps: Callable[[Any], Any] | None = None,
+    probes: Mapping[str, Callable[[ToolContext, dict[str, Any]], Probe]] | None = None,
 ) -> str:
     """Register `agent` on `rt` as the agent function `name` (default: the agent's name) and
     return that name. `effects` maps tool names to their effect (others:
     `non_idempotent_write`); `model` is the tenure model its requests go to (default: the
     run's); `deps` turns the run's JSON `deps` into the agent's dependencies (default:
-    validated against the agent's `deps_type`)."""
+    validated against the agent's `deps_type`). `probes` maps a write tool's name to its
+    probe, `probe(tool_context, arguments) -> tenure.Probe`: asked whether a call cut off by
+    a crash happened (SPEC §16) instead of dead-lettering the run."""
     if not isinstance(agent, pydantic_ai.Agent):
         raise InvalidRequest(f"{FRAMEWORK}: expected a pydantic_ai.Agent, got {agent!r}")
     agent_name = name or agent.name
     if not agent_name:
         raise InvalidRequest(f"{FRAMEWORK}: the agent has no name: pass name=")
     declared = declared_effects(FRAMEWORK, effects)
-    check_effects(FRAMEWORK, agent_name, declared, _function_tools(agent))
+    known = _function_tools(agent)
+    check_effects(FRAMEWORK, agent_name, declared, known)
+    checked = check_probes(FRAMEWORK, agent_name, declared, probes, known)
     make_deps = deps if deps is not None else _deps_parser(agent)
 
     def run_agent(ctx: AgentContext, prompt: str, deps: Any = None) -> Any:
-        runner = _Runner(ctx, agent, declared, model)
+        runner = _Runner(ctx, agent, declared, checked, model)
         return runner.run(prompt, make_deps(deps))
 
     run_agent.__doc__ = _description(agent, agent_name)
@@ -151,11 +167,13 @@ class _Runner:
         ctx: AgentContext,
         agent: pydantic_ai.Agent[Any, Any],
         declared: Mapping[str, ToolEffect],
+        probes: Mapping[str, Callable[..., Probe]],
         model: str | None,
     ) -> None:
         self.ctx = ctx
         self.agent = agent
         self.declared = declared
+        self.probes = probes
         self.model = model
 
     def run(self, prompt: str, deps: Any) -> Any:
@@ -183,16 +201,20 @@ class _Runner:
     def call(self, name: str, args: dict[str, Any], run: Callable[[], Any]) -> Any:
         """The tool call as a step named after the tool, with its declared effect."""
 
-        async def tool_step(arguments: dict[str, Any]) -> Any:
+        async def tool_step(context: ToolContext, arguments: dict[str, Any]) -> Any:
+            token = _STEP.set(context)
             try:
                 return await run()
             except ModelRetry as retry:
                 return {_RETRY_KEY: retry.message}
+            finally:
+                _STEP.reset(token)
 
         tool_step.__name__ = name
         effect = effect_of(self.declared, name)
         # The arguments go as one value: a tool's own argument may be called `name`.
-        result = self.ctx.step(tool_step, args, name=name, effect=effect)
+        probe = self.probes.get(name)
+        result = self.ctx.step(tool_step, args, name=name, effect=effect, probe=probe)
         if isinstance(result, dict) and set(result) == {_RETRY_KEY}:
             raise ModelRetry(str(result[_RETRY_KEY]))
         return result
@@ -303,4 +325,4 @@ def to_response(reply: ModelReply) -> ModelResponse:
     return ModelResponse(parts=parts, usage=usage, model_name=reply.model or None)
 
 
-__all__ = ["StepToolset", "register", "to_chat", "to_response"]
+__all__ = ["StepToolset", "register", "step_context", "to_chat", "to_response"]
