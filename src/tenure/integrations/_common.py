@@ -78,7 +78,9 @@ def check_probes(
                 f"{framework} agent {agent_name}: a probe for tool {name!r}, which it does not have"
             )
         if not callable(probe):
-            raise InvalidRequest(f"{framework} agent {agent_name}: probe for {name} is not callable")
+            raise InvalidRequest(
+                f"{framework} agent {agent_name}: the probe for {name} is not callable"
+            )
         if not effect_of(declared, name).is_write:
             raise InvalidRequest(
                 f"{framework} agent {agent_name}: tool {name} is read_only: it needs no probe"

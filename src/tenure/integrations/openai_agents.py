@@ -34,7 +34,7 @@ import dataclasses
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 try:
     import agents
@@ -123,7 +123,7 @@ def register(
     return agent_name
 
 
-def _is_function(tool: Any) -> bool:
+def _is_function(tool: Any) -> TypeGuard[FunctionTool]:
     return isinstance(tool, FunctionTool)
 
 
@@ -266,7 +266,7 @@ def _spec(tool: Any) -> ToolSpec:
 
 def to_response(reply: ModelReply) -> ModelResponse:
     """tenure's ModelReply as the SDK's response items (usage kept)."""
-    calls = [
+    calls: list[Any] = [
         ChatCompletionMessageFunctionToolCall(
             id=call.id,
             type="function",
@@ -274,9 +274,7 @@ def to_response(reply: ModelReply) -> ModelResponse:
         )
         for call in reply.tool_calls
     ]
-    message = ChatCompletionMessage(
-        role="assistant", content=reply.text, tool_calls=calls or None
-    )
+    message = ChatCompletionMessage(role="assistant", content=reply.text, tool_calls=calls or None)
     usage = AgentsUsage(
         requests=1,
         input_tokens=reply.usage.input_tokens,

@@ -292,7 +292,8 @@ def _request_messages(message: ModelRequest) -> list[dict[str, Any]]:
 
 
 def _text(content: Any) -> str:
-    return "\n".join(c if isinstance(c, str) else json.dumps(to_jsonable_python(c)) for c in content)
+    parts = (c if isinstance(c, str) else json.dumps(to_jsonable_python(c)) for c in content)
+    return "\n".join(parts)
 
 
 def _response_message(message: ModelResponse) -> dict[str, Any]:
