@@ -1,7 +1,8 @@
 """An OpenAI Agents SDK agent with a handoff, made durable with one call.
 
     python examples/openai_agents_handoff.py                   # a scripted model, offline
-    OPENAI_BASE_URL=http://127.0.0.1:8080/v1 TENURE_MODEL=local python examples/openai_agents_handoff.py
+    OPENAI_BASE_URL=http://127.0.0.1:8080/v1 TENURE_MODEL=local \
+        python examples/openai_agents_handoff.py
 
 A triage agent hands the ticket off to a billing agent, which refunds the order (a
 non-idempotent write, fenced: at most once) and answers. Each model call, the handoff and

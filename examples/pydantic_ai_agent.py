@@ -1,7 +1,8 @@
 """A pydantic-ai agent you already have, made durable with one call.
 
     python examples/pydantic_ai_agent.py                       # a scripted model, offline
-    OPENAI_BASE_URL=http://127.0.0.1:8080/v1 TENURE_MODEL=local python examples/pydantic_ai_agent.py
+    OPENAI_BASE_URL=http://127.0.0.1:8080/v1 TENURE_MODEL=local \
+        python examples/pydantic_ai_agent.py
 
 The agent looks an order up, refunds it (a non-idempotent write, fenced: at most once, its
 idempotency key passed to the payment system) and answers with a structured `Refund`. Each

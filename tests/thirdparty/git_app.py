@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcp import StdioServerParameters
-
 import tenure
 import tenure.mcp
+from mcp import StdioServerParameters
 from tenure import ToolContext, ToolEffect
 
 REPO_VARIABLE = "TENURE_GIT_APP_REPO"

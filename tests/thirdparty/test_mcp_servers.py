@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from mcp import StdioServerParameters
 
 import tenure
 import tenure.mcp
+from mcp import StdioServerParameters
 from tenure import Outcome, RunRequest, RunStatus, ToolEffect
 from tenure.testing import crashtest
 
