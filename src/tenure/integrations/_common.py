@@ -33,14 +33,20 @@ def declared_effects(
 
 
 def check_effects(
-    framework: str, agent_name: str, declared: Mapping[str, ToolEffect], known: Iterable[str]
+    framework: str,
+    agent_name: str,
+    declared: Mapping[str, ToolEffect],
+    known: Iterable[str],
+    *,
+    more_at_run_time: bool = False,
 ) -> dict[str, bool]:
     """Each known tool's effect decided at registration: {tool: defaulted}. An effect for a
-    tool the agent does not have is refused (a typo would leave the real tool defaulted);
+    tool the agent does not have is refused (a typo would leave the real tool defaulted),
+    unless the agent has toolsets whose tools are known only at run time (an MCP server's);
     an undeclared tool is a `non_idempotent_write`, and the log says so."""
     names = sorted(set(known))
     unknown = sorted(set(declared) - set(names))
-    if unknown:
+    if unknown and not more_at_run_time:
         raise InvalidRequest(
             f"{framework} agent {agent_name}: effects name tools it does not have: "
             f"{', '.join(unknown)}"
@@ -73,7 +79,7 @@ def check_probes(
     """Probes only for write tools the agent has (one line, InvalidRequest, otherwise)."""
     names = set(known)
     for name, probe in (probes or {}).items():
-        if name not in names:
+        if name not in names and name not in declared:
             raise InvalidRequest(
                 f"{framework} agent {agent_name}: a probe for tool {name!r}, which it does not have"
             )

@@ -104,8 +104,10 @@ def register(
         raise InvalidRequest(f"{FRAMEWORK}: expected an agents.Agent, got {agent!r}")
     agent_name = name or agent.name
     declared = declared_effects(FRAMEWORK, effects)
-    known = sorted({t.name for a in _reachable(agent) for t in a.tools if _is_function(t)})
-    check_effects(FRAMEWORK, agent_name, declared, known)
+    reachable = _reachable(agent)
+    known = sorted({t.name for a in reachable for t in a.tools if _is_function(t)})
+    dynamic = any(a.mcp_servers for a in reachable)  # their tools are known at run time
+    check_effects(FRAMEWORK, agent_name, declared, known, more_at_run_time=dynamic)
     checked = check_probes(FRAMEWORK, agent_name, declared, probes, known)
     make_context = context if context is not None else (lambda value: value)
 
@@ -187,6 +189,16 @@ class _Runner:
         self._wrapped[id(agent)] = copy
         copy.tools = [self._tool(t) if _is_function(t) else t for t in agent.tools]
         copy.handoffs = [self._handoff(h) for h in agent.handoffs]
+        if agent.mcp_servers:
+            # An MCP server's tools are listed at each turn: wrapped as they come, so that
+            # none runs outside a step.
+            listed = copy.get_mcp_tools
+
+            async def get_mcp_tools(run_context: Any) -> list[Any]:
+                tools = await listed(run_context)
+                return [self._tool(t) if _is_function(t) else t for t in tools]
+
+            copy.get_mcp_tools = get_mcp_tools  # type: ignore[method-assign]
         return copy
 
     def _tool(self, tool: FunctionTool) -> FunctionTool:

@@ -110,7 +110,10 @@ def register(
         raise InvalidRequest(f"{FRAMEWORK}: the agent has no name: pass name=")
     declared = declared_effects(FRAMEWORK, effects)
     known = _function_tools(agent)
-    check_effects(FRAMEWORK, agent_name, declared, known)
+    # An MCP server's toolset names its tools only when asked, at run time: `effects` may
+    # name them (undeclared, they are fenced as non-idempotent writes like any other).
+    dynamic = any(not isinstance(t, FunctionToolset) for t in agent.toolsets)
+    check_effects(FRAMEWORK, agent_name, declared, known, more_at_run_time=dynamic)
     checked = check_probes(FRAMEWORK, agent_name, declared, probes, known)
     make_deps = deps if deps is not None else _deps_parser(agent)
 
