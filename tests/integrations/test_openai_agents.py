@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from agents import Agent, function_tool
+from agents import Agent, GuardrailFunctionOutput, function_tool, input_guardrail
 from pydantic import BaseModel
 
 import tenure
@@ -88,3 +88,44 @@ def test_an_effect_for_a_tool_no_agent_has_is_refused(
     with pytest.raises(InvalidRequest, match="effects name tools it does not have: refnd"):
         durable.register(rt, make_triage([]), effects={"refnd": "read_only"})
     assert rt.agent_names == []
+
+
+def test_guardrails_are_steps_that_run_once_and_a_tripwire_stops_before_the_model(
+    make_runtime: Callable[..., tenure.Runtime],
+) -> None:
+    checked: list[str] = []
+
+    @input_guardrail
+    def no_secrets(ctx: Any, agent: Any, given: Any) -> GuardrailFunctionOutput:
+        text = given if isinstance(given, str) else json.dumps(given)
+        checked.append(text)
+        return GuardrailFunctionOutput({"length": len(text)}, "password" in text)
+
+    guarded = Agent(name="guarded", instructions="Answer.", input_guardrails=[no_secrets])
+    rt = make_runtime()
+    rt.add_model("default", tenure.providers.Scripted())
+    durable.register(rt, guarded)
+
+    ok = rt.run(
+        tenure.RunRequest(agent="guarded", input={"prompt": "hello"}, script=[{"say": "hi"}])
+    )
+    assert ok.outcome is Outcome.COMPLETED, ok.error
+    steps = [
+        (e.payload["name"], e.payload.get("result"))
+        for e in rt.events(ok.run_id)
+        if "position" in e.payload
+    ]
+    verdict = {"output_info": {"length": 5}, "tripwire_triggered": False}
+    assert steps[0] == ("guardrail-no_secrets", verdict)
+    assert [name for name, _ in steps] == ["guardrail-no_secrets", "default"]
+
+    stopped = rt.run(
+        tenure.RunRequest(
+            agent="guarded", input={"prompt": "my password is x"}, script=[{"say": "hi"}]
+        )
+    )
+    assert stopped.outcome is Outcome.FAILED
+    assert "InputGuardrailTripwireTriggered" in str(stopped.error)
+    names = [e.payload["name"] for e in rt.events(stopped.run_id) if "position" in e.payload]
+    assert names == ["guardrail-no_secrets"]  # the model was never asked
+    assert len(checked) == 2

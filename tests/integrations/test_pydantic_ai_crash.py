@@ -24,11 +24,10 @@ SCENARIO = {
     "input": {"prompt": "refund order o7", "deps": {"currency": "EUR"}},
     "script": pydantic_app.SCRIPT,
 }
-# Its steps: model, lookup, model, refund, model. Killed after the read, inside the write
-# (before it ran, and after it ran but before its event: its probe finds it in the ledger),
-# and after the last model request (every step replayed, none repeated).
+# Its steps: model, lookup, model, refund, model. Killed inside the write (before it ran,
+# and after it ran but before its event: its probe finds it in the ledger), and after the
+# last model request (every step replayed, none repeated).
 POINTS = [
-    "step 3 (step lookup@1)",
     "write-before refund@3",
     "write-after refund@3",
     "step 6 (model default@4)",

@@ -21,9 +21,10 @@ run's `context` (JSON, given to the SDK as the run context, or turned into one b
 model replaced by one that asks `ctx.model` (each request journaled, with usage and cost),
 every function tool of the agent and of the agents it hands off to wrapped so that a call is
 a `ctx.step` with the tool's declared effect, and every handoff recorded as a step named
-`handoff-AGENT`. A tool without a declared effect is a `non_idempotent_write` (said in the
-log at registration). The run's output is the final agent's output as JSON. Tracing is
-disabled (a run's journal is its trace).
+`handoff-AGENT`, and every guardrail's check as a step `guardrail-NAME` (input guardrails
+run before the agent rather than beside its first request). A tool without a declared effect
+is a `non_idempotent_write` (said in the log at registration). The run's output is the final
+agent's output as JSON. Tracing is disabled (a run's journal is its trace).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import inspect
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -38,7 +40,15 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 try:
     import agents
-    from agents import FunctionTool, Handoff, ModelResponse, RunConfig, Runner, handoff
+    from agents import (
+        FunctionTool,
+        GuardrailFunctionOutput,
+        Handoff,
+        ModelResponse,
+        RunConfig,
+        Runner,
+        handoff,
+    )
     from agents.models.chatcmpl_converter import Converter
     from agents.models.interface import Model
     from agents.usage import Usage as AgentsUsage
@@ -71,6 +81,7 @@ if TYPE_CHECKING:
 
 FRAMEWORK = "openai-agents"
 HANDOFF_PREFIX = "handoff-"
+GUARDRAIL_PREFIX = "guardrail-"
 _STEP: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
     "tenure_openai_agents_step", default=None
 )
@@ -123,6 +134,10 @@ def register(
     )
     rt.agent(name=agent_name)(run_agent)
     return agent_name
+
+
+def _step_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)
 
 
 def _is_function(tool: Any) -> TypeGuard[FunctionTool]:
@@ -189,6 +204,18 @@ class _Runner:
         self._wrapped[id(agent)] = copy
         copy.tools = [self._tool(t) if _is_function(t) else t for t in agent.tools]
         copy.handoffs = [self._handoff(h) for h in agent.handoffs]
+        # Input guardrails before the agent, not beside its first request: a guardrail's
+        # step and the request then take their positions in one order on every replay.
+        copy.input_guardrails = [
+            dataclasses.replace(
+                g, guardrail_function=self._guardrail(g), name=g.get_name(), run_in_parallel=False
+            )
+            for g in agent.input_guardrails
+        ]
+        copy.output_guardrails = [
+            dataclasses.replace(g, guardrail_function=self._guardrail(g), name=g.get_name())
+            for g in agent.output_guardrails
+        ]
         if agent.mcp_servers:
             # An MCP server's tools are listed at each turn: wrapped as they come, so that
             # none runs outside a step.
@@ -224,11 +251,37 @@ class _Runner:
 
         return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
 
+    def _guardrail(self, guardrail: Any) -> Callable[..., Any]:
+        """A guardrail's function as a step `guardrail-NAME`: it runs once, and its verdict
+        (output_info as JSON, tripwire) comes back from the journal on every replay."""
+        check_function = guardrail.guardrail_function
+        step_name = GUARDRAIL_PREFIX + _step_name(guardrail.get_name())
+        runner = self
+
+        async def guarded(run_context: Any, agent: Any, value: Any) -> GuardrailFunctionOutput:
+            async def check(checked: Any) -> dict[str, Any]:
+                found = check_function(run_context, agent, value)
+                if inspect.isawaitable(found):
+                    found = await found
+                return {
+                    "output_info": to_jsonable_python(found.output_info),
+                    "tripwire_triggered": bool(found.tripwire_triggered),
+                }
+
+            check.__name__ = step_name
+            verdict = runner.ctx.step(check, to_jsonable_python(value), name=step_name)
+            return GuardrailFunctionOutput(
+                output_info=verdict["output_info"],
+                tripwire_triggered=bool(verdict["tripwire_triggered"]),
+            )
+
+        return guarded
+
     def _handoff(self, item: Any) -> Handoff[Any, Any]:
         given: Handoff[Any, Any] = item if isinstance(item, Handoff) else handoff(item)
         invoke = given.on_invoke_handoff
         runner = self
-        step_name = HANDOFF_PREFIX + re.sub(r"[^A-Za-z0-9_-]", "_", given.agent_name)
+        step_name = HANDOFF_PREFIX + _step_name(given.agent_name)
 
         async def on_invoke_handoff(run_context: Any, arguments: str) -> Any:
             # The handoff, with its own callback (`on_handoff`), runs once, as a step; the
@@ -326,4 +379,11 @@ class StepModel(Model):
         )
 
 
-__all__ = ["HANDOFF_PREFIX", "StepModel", "register", "step_context", "to_response"]
+__all__ = [
+    "GUARDRAIL_PREFIX",
+    "HANDOFF_PREFIX",
+    "StepModel",
+    "register",
+    "step_context",
+    "to_response",
+]
