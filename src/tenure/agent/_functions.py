@@ -56,7 +56,7 @@ from tenure._types import (
 from tenure.agent import _human
 from tenure.agent._journal import tool_message
 from tenure.agent._tools import InvalidArguments, Tool, _check_name, _field, parse_docstring
-from tenure.providers._base import ModelCall, ModelReply, ToolCall
+from tenure.providers._base import ModelCall, ModelReply, ToolCall, ToolSpec
 from tenure.store._base import NO_USAGE, NewEvent, Settlement
 
 if TYPE_CHECKING:
@@ -393,17 +393,20 @@ class AgentContext:
         messages: Sequence[dict[str, Any]] | str,
         *,
         model: str | None = None,
-        tools: Sequence[str] | None = None,
+        tools: Sequence[str | ToolSpec] | None = None,
         **options: Any,
     ) -> ModelReply:
         """One model call (capacity, streaming and budgets apply); a string is one user
-        message."""
+        message. `tools` names registered tools, or gives a `ToolSpec` the model is shown
+        as is (a framework's own tool, run by the framework as a step of its own)."""
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
         name = model or self._request.model
-        tool_names = list(tools or ())
+        given = list(tools or ())
+        tool_names = [t for t in given if isinstance(t, str)]
+        shown = [dataclasses.asdict(t) if isinstance(t, ToolSpec) else t for t in given]
         listed = list(messages)
-        d = digest({"messages": listed, "tools": tool_names, "options": options})
+        d = digest({"messages": listed, "tools": shown, "options": options})
         position, found = self._next("model", name, d)
         turn = self._model_turns
         self._model_turns += 1
@@ -423,9 +426,10 @@ class AgentContext:
             if name == self._request.model
             else dataclasses.replace(self._request, model=name)
         )
+        specs = iter(engine.tools.specs(tool_names))
         call = ModelCall(
             messages=listed,
-            tools=engine.tools.specs(tool_names),
+            tools=[t if isinstance(t, ToolSpec) else next(specs) for t in given],
             run_id=segment.run_id,
             attempt=segment.lease.attempt,
             request=request,

@@ -1,0 +1,94 @@
+"""What the framework integrations share: tool effects declared at registration, and the
+reduction of a step's outcome to what a framework expects back."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from tenure._errors import InvalidRequest
+from tenure._types import ToolEffect
+
+log = logging.getLogger("tenure.integrations")
+
+# A framework tool with no declared effect may write: fenced, at most once (as for MCP tools).
+DEFAULT_EFFECT = ToolEffect.NON_IDEMPOTENT_WRITE
+
+
+def declared_effects(
+    framework: str, effects: Mapping[str, ToolEffect | str] | None
+) -> dict[str, ToolEffect]:
+    """`effects` checked: each value a ToolEffect (InvalidRequest, one line, otherwise)."""
+    declared: dict[str, ToolEffect] = {}
+    for name, effect in (effects or {}).items():
+        try:
+            declared[name] = ToolEffect(effect)
+        except ValueError:
+            choices = ", ".join(e.value for e in ToolEffect)
+            raise InvalidRequest(
+                f"{framework} tool {name}: unknown effect {effect!r} (one of {choices})"
+            ) from None
+    return declared
+
+
+def check_effects(
+    framework: str,
+    agent_name: str,
+    declared: Mapping[str, ToolEffect],
+    known: Iterable[str],
+    *,
+    more_at_run_time: bool = False,
+) -> dict[str, bool]:
+    """Each known tool's effect decided at registration: {tool: defaulted}. An effect for a
+    tool the agent does not have is refused (a typo would leave the real tool defaulted),
+    unless the agent has toolsets whose tools are known only at run time (an MCP server's);
+    an undeclared tool is a `non_idempotent_write`, and the log says so."""
+    names = sorted(set(known))
+    unknown = sorted(set(declared) - set(names))
+    if unknown and not more_at_run_time:
+        raise InvalidRequest(
+            f"{framework} agent {agent_name}: effects name tools it does not have: "
+            f"{', '.join(unknown)}"
+        )
+    defaulted = {name: name not in declared for name in names}
+    for name in names:
+        if defaulted[name]:
+            log.warning(
+                "%s agent %s: tool %r has no declared effect; registered as %s (fenced, at "
+                "most once). Declare it in effects= to change this.",
+                framework,
+                agent_name,
+                name,
+                DEFAULT_EFFECT,
+            )
+    return defaulted
+
+
+def effect_of(declared: Mapping[str, ToolEffect], name: str) -> ToolEffect:
+    return declared.get(name, DEFAULT_EFFECT)
+
+
+def check_probes(
+    framework: str,
+    agent_name: str,
+    declared: Mapping[str, ToolEffect],
+    probes: Mapping[str, Callable[..., Any]] | None,
+    known: Iterable[str],
+) -> dict[str, Callable[..., Any]]:
+    """Probes only for write tools the agent has (one line, InvalidRequest, otherwise)."""
+    names = set(known)
+    for name, probe in (probes or {}).items():
+        if name not in names and name not in declared:
+            raise InvalidRequest(
+                f"{framework} agent {agent_name}: a probe for tool {name!r}, which it does not have"
+            )
+        if not callable(probe):
+            raise InvalidRequest(
+                f"{framework} agent {agent_name}: the probe for {name} is not callable"
+            )
+        if not effect_of(declared, name).is_write:
+            raise InvalidRequest(
+                f"{framework} agent {agent_name}: tool {name} is read_only: it needs no probe"
+            )
+    return dict(probes or {})
