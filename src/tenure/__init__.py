@@ -8,6 +8,7 @@ most once, whatever crashes.
 from tenure import providers
 from tenure._errors import (
     Cancelled,
+    ChildFailed,
     DatabaseUnavailable,
     DecisionConflict,
     InvalidRequest,
@@ -37,7 +38,7 @@ from tenure._types import (
     ToolEffect,
     Usage,
 )
-from tenure.agent._functions import AgentContext
+from tenure.agent._functions import AgentContext, ChildHandle
 from tenure.providers._base import ModelReply
 from tenure.providers.fallback import FallbackExhausted
 from tenure.runtime import Runtime
@@ -47,6 +48,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AgentContext",
     "Cancelled",
+    "ChildFailed",
+    "ChildHandle",
     "DatabaseUnavailable",
     "DecisionConflict",
     "Delta",

@@ -344,6 +344,13 @@ def _on_sleeping(w: _Walk, e: Event) -> None:
         w.owner_step(e)
 
 
+def _on_waiting(w: _Walk, e: Event) -> None:
+    # SPEC §21: the owner gave the run up to wait for its children; the child that settles
+    # last queues it again, and its next claim is legitimate.
+    w.release(e, by_owner=True)
+    w.unstarted = False
+
+
 def _on_throttled(w: _Walk, e: Event) -> None:
     # A parked run (SPEC §17): its owner gave it back to wait for its model, uncharged.
     w.release(e, by_owner=True)
@@ -364,6 +371,7 @@ _HANDLERS = {
     EventKind.THROTTLED: _on_throttled,
     EventKind.STEP: _on_step,
     EventKind.SLEEPING: _on_sleeping,
+    EventKind.WAITING: _on_waiting,
     EventKind.APPROVAL: _on_human,
     EventKind.INPUT: _on_human,
 }

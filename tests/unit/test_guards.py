@@ -123,9 +123,10 @@ OWNER_WRITES = {
     "settle_batch",
     "suspend",
     "park",
+    "wait_for_children",
     "publish_delta",
 }
-OWNER_READS = {"held_by"}
+OWNER_READS = {"held_by", "held"}
 _OWNER = re.compile(
     r"\bclaimed_by\s*=\s*"
     r"(?::owner\b|%\(owner\)s|json_extract\(b\.value, '\$\.owner'\)|[bd]\.owner\b)"

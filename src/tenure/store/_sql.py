@@ -34,6 +34,9 @@ RUN_COLUMNS = (
     "waiting",
     "wait_deadline",
     "fence_probe",
+    "parent_id",
+    # A run without a parent is the root of its own tree (SPEC §21).
+    "COALESCE(root_id, id)",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
