@@ -482,7 +482,7 @@ def build(handlers: dict[str, Handler]) -> Parser:
         "--points",
         metavar="LIST",
         help="comma-separated kinds: step, write-before, write-after, write-timeout, waiting, "
-        "resume, drain (default: all)",
+        "resume, drain, child (default: all)",
     )
     p.add_argument(
         "--deciders",
