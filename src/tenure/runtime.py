@@ -643,7 +643,8 @@ class Runtime:
     def redrive(self, run_id: str, force: bool = False) -> bool:
         """Send a dead-lettered run back to the queue with a fresh budget.
 
-        Refused (False) while a non-idempotent write may have happened, unless `force`.
+        Refused (False) while a non-idempotent write may have happened, unless `force`;
+        and for a child run whose parent has ended (SPEC §21).
         """
         return self.store.redrive(run_id, force)
 

@@ -345,3 +345,43 @@ def test_a_child_asked_wrongly_fails_the_parent_with_one_line(
     run = rt.status(parent)
     assert run is not None and message in run.error and "\n" not in run.error
     assert rt.runs(parent=parent) == []
+
+
+def test_a_child_of_an_ended_parent_is_not_redriven(make_runtime: MakeRuntime) -> None:
+    rt = children_app(make_runtime)
+    parent = rt.enqueue(request("researcher", topics=["bad"], catch=True))
+    rt.worker(concurrency=1, burst=True).run()
+    ended = rt.status(parent)
+    assert ended is not None and ended.status is RunStatus.COMPLETED
+    (failed,) = [c for c in rt.runs(parent=parent) if c.status is RunStatus.FAILED]
+    assert failed.is_dead_letter
+    # It would run on under a parent that has ended, which nothing would ever wait for.
+    assert not rt.redrive(failed.id)
+    again = rt.status(failed.id)
+    assert again is not None and again.status is RunStatus.FAILED
+    assert_audited(rt)
+
+
+def test_the_audit_finds_a_broken_tree(make_runtime: MakeRuntime, db_url: str) -> None:
+    """Rows tenure never writes, planted behind its back: a child queued under a parent
+    that has ended, and a parent waiting for children that have all ended."""
+    from tests._raw import raw_execute
+
+    rt = children_app(make_runtime)
+    ended = rt.enqueue(request("reader", topic="x"))
+    rt.run_queued(ended)
+    orphan = rt.enqueue(request("reader", topic="y"))
+    sql = "UPDATE tenure_runs SET parent_id = ?, root_id = ? WHERE id = ?"
+    assert raw_execute(db_url, sql, ended, ended, orphan) == 1
+    stranded = rt.enqueue(request("reader", topic="z"))
+    waiting = json.dumps({"kind": "children", "children": [ended]})
+    sql = "UPDATE tenure_runs SET status = 'waiting_for_children', waiting = ? WHERE id = ?"
+    assert raw_execute(db_url, sql, waiting, stranded) == 1
+    report = audit(rt.store)
+    problems = [v for v in report.violations if "parent" in v or "wake" in v]
+    assert sorted(problems) == sorted(
+        [
+            f"run {orphan}: queued, but its parent {ended} has ended (completed)",
+            f"run {stranded}: waits for children that have all ended: nothing will wake it",
+        ]
+    )

@@ -313,6 +313,12 @@ def _redrive_one(app: Runtime, run_id: str, force: bool) -> int:
             f"run {run_id} was stopped during a non-idempotent write (its fence stands): the "
             "write may have happened; check, then redrive it with --force"
         )
+    parent = app.status(found.parent_id) if found.parent_id else None
+    if parent is not None and parent.status.is_terminal:
+        raise CliError(
+            f"run {run_id} is a child of run {parent.id}, which is {parent.status}: a child "
+            "never runs on after its parent ended; redrive the parent instead"
+        )
     raise CliError(f"run {run_id} has no stored request to run again")
 
 

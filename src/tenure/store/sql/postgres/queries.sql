@@ -384,7 +384,9 @@ RETURNING last_sequence, attempt, lease_token;
 SELECT pending_effect, fence_probe FROM tenure_runs WHERE id = %(id)s FOR UPDATE;
 
 -- name: redrive
--- A dead-letter with its request back to the queue, with a fresh budget. A standing
+-- A dead-letter with its request back to the queue, with a fresh budget. A child run only
+-- while its parent has not ended (SPEC §21: a child never runs on under an ended parent;
+-- the parent is locked first, by lock_parent). A standing
 -- non-idempotent fence refuses unless forced: resuming would repeat that write.
 UPDATE tenure_runs
    SET status = 'queued', termination_reason = '', requeue_count = 0,
@@ -396,6 +398,9 @@ UPDATE tenure_runs
    AND termination_reason IN ('retries_exhausted', 'not_retryable')
    AND request IS NOT NULL
    AND (%(force)s OR pending_effect <> 'non_idempotent_write' OR fence_probe)
+   AND (parent_id IS NULL OR EXISTS (SELECT 1 FROM tenure_runs AS p
+                                      WHERE p.id = tenure_runs.parent_id
+                                        AND p.status NOT IN ('completed', 'failed', 'cancelled')))
 RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
 -- name: purge_events
@@ -956,3 +961,11 @@ WITH RECURSIVE tree(id, depth) AS (
 SELECT {run_columns}, NULL FROM tenure_runs JOIN tree USING (id)
  ORDER BY tree.depth, created_at, id
  LIMIT %(limit)s;
+
+-- name: lock_parent
+-- The parent of run %(id)s, read (on PostgreSQL locked) before a redrive of that run decides on
+-- it: the parent's own end, which cancels its children, then waits for the redrive and
+-- finds the child queued again, or the redrive waits and finds the parent ended.
+SELECT p.id FROM tenure_runs AS p
+ WHERE p.id = (SELECT c.parent_id FROM tenure_runs AS c WHERE c.id = %(id)s)
+   FOR UPDATE;
