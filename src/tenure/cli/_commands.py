@@ -39,11 +39,15 @@ from tenure.cli._output import (
     reason_text,
     run_details,
     run_json,
+    run_tree,
     runs_table,
     steps_table,
+    tree_json,
 )
 from tenure.providers.scripted import parse_script
 
+# `show --tree` shows at most this many runs of a tree.
+TREE_LIMIT = 1000
 # Bulk redrive reads dead-letters in pages of this size.
 REDRIVE_PAGE = 500
 
@@ -226,6 +230,8 @@ def runs(ctx: Context, args: argparse.Namespace) -> int:
         metadata=dict(args.meta) if args.meta else None,
         since=args.since,
         until=args.until,
+        parent=args.parent,
+        roots=args.roots,
     )
     if args.json:
         print_json([r.to_json() for r in found])
@@ -253,11 +259,19 @@ def status(ctx: Context, args: argparse.Namespace) -> int:
     call = agent_call(app.store.request_event(args.run_id))
     # An agent function's run: its steps by position, read from its journal.
     steps = agent_steps(app.events(args.run_id)) if call is not None else []
+    tree = app.store.tree(args.run_id, TREE_LIMIT) if args.tree else []
     if args.json:
         data = run_json(found, call)
         if call is not None:
             data["steps"] = [s.to_json() for s in steps]
+        if args.tree:
+            data["tree"] = tree_json(tree)
         print_json(data)
+        return 0
+    if args.tree:
+        run_tree(tree)
+        if len(tree) >= TREE_LIMIT:
+            out.print(f"(the first {TREE_LIMIT} runs of the tree)")
         return 0
     run_details(found, call)
     if call is not None:
@@ -469,6 +483,7 @@ HANDLERS = {
     "runs": runs,
     "models": models,
     "status": status,
+    "show": status,
     "events": events,
     "cancel": cancel,
     "redrive": redrive,
