@@ -620,8 +620,8 @@ class AgentContext:
     ) -> ChildHandle:
         """Create a child run (an agent function's, or a `RunRequest`): a step, whose child
         has the idempotency key `PARENT_ID:POSITION`, so that a crash between creating it
-        and recording the step never creates two. Its model and queue are this run's
-        unless given. Returns its handle, for `wait` / `gather`."""
+        and recording the step never creates two. With `agent=`, its model and queue are this
+        run's unless given (a RunRequest is taken as it is). Returns its handle."""
         made = self._child_request(request, agent, input, fields)
         (handle,) = self._create([made])
         return handle

@@ -8,6 +8,11 @@ ALTER TABLE tenure_runs ADD CONSTRAINT tenure_runs_status_check CHECK (status IN
 ALTER TABLE tenure_runs ADD COLUMN parent_id text;
 ALTER TABLE tenure_runs ADD COLUMN root_id text;
 CREATE INDEX tenure_runs_parent ON tenure_runs (parent_id) WHERE parent_id IS NOT NULL;
+-- The children still going, by parent: what a settling child's trigger reads to learn
+-- whether its parent still waits for one (it shrinks as they end, so that the last of a
+-- thousand children does not read the 999 that ended before it).
+CREATE INDEX tenure_runs_children_going ON tenure_runs (parent_id)
+    WHERE parent_id IS NOT NULL AND status NOT IN ('completed', 'failed', 'cancelled');
 
 -- A child that becomes terminal, by whatever statement (a worker's settle, the reaper's
 -- dead-letter, a cancel, an expired wait, ...), wakes its parent in that same transaction
@@ -44,9 +49,10 @@ BEGIN
                updated_at = clock_timestamp()
          WHERE p.id = NEW.parent_id AND p.status = 'waiting_for_children'
            AND NOT EXISTS (
-               SELECT 1 FROM json_array_elements_text(p.waiting::json -> 'children') AS w(id)
-                 JOIN tenure_runs c ON c.id = w.id
-                WHERE c.status NOT IN ('completed', 'failed', 'cancelled'))
+               SELECT 1 FROM tenure_runs c
+                WHERE c.parent_id = NEW.parent_id AND c.parent_id IS NOT NULL
+                  AND c.status NOT IN ('completed', 'failed', 'cancelled')
+                  AND c.id IN (SELECT json_array_elements_text(p.waiting::json -> 'children')))
         RETURNING p.queue INTO woken;
         IF woken IS NOT NULL THEN
             PERFORM pg_notify('tenure_runs', woken);

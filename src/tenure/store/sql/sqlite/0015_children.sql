@@ -79,6 +79,12 @@ CREATE INDEX tenure_runs_finished ON tenure_runs (finished_at) WHERE finished_at
 CREATE INDEX tenure_runs_waiting ON tenure_runs (wait_deadline)
     WHERE status IN ('waiting_for_approval', 'waiting_for_input');
 CREATE INDEX tenure_runs_parent ON tenure_runs (parent_id) WHERE parent_id IS NOT NULL;
+-- The children still going, by parent: what a settling child's trigger reads to learn
+-- whether its parent still waits for one (it shrinks as they end, so that the last of a
+-- thousand children does not read the 999 that ended before it).
+CREATE INDEX tenure_runs_children_going ON tenure_runs (parent_id)
+    WHERE parent_id IS NOT NULL
+      AND NOT (status = 'completed' OR status = 'failed' OR status = 'cancelled');
 
 CREATE TRIGGER tenure_deltas_left_running AFTER UPDATE OF status ON tenure_runs
 WHEN NEW.status <> 'running'
@@ -102,10 +108,11 @@ BEGIN
            updated_at = ((julianday('now') - 2440587.5) * 86400.0)
      WHERE id = NEW.parent_id AND status = 'waiting_for_children'
        AND NOT EXISTS (
-           SELECT 1 FROM json_each(tenure_runs.waiting, '$.children') AS w
-             JOIN tenure_runs AS c ON c.id = w.value
-            WHERE NOT (c.status = 'completed' OR c.status = 'failed'
-                       OR c.status = 'cancelled'));
+           SELECT 1 FROM tenure_runs AS c
+            WHERE c.parent_id = NEW.parent_id AND c.parent_id IS NOT NULL
+              AND NOT (c.status = 'completed' OR c.status = 'failed'
+                       OR c.status = 'cancelled')
+              AND c.id IN (SELECT value FROM json_each(tenure_runs.waiting, '$.children')));
 END;
 
 -- A run that ends, however it ends, takes its children still going with it: they are
