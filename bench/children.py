@@ -1,8 +1,8 @@
 """Child runs (SPEC §21): a parent fanning out to N children against the same N runs flat,
 and how soon a parent is claimed once its last child has settled.
 
-    python bench/children.py [--size 1000] [--concurrency 50] [--trials 30]
-                             [--postgres postgresql://...] [--no-postgres]
+    python bench/children.py [--size 1000] [--concurrency 50] [--trials 30] [--repeat 3]
+                             [--quick] [--postgres URL] [--no-postgres] [--no-sqlite]
 
 Fan-out: one worker (a thread pool in this process) at concurrency 50 drains, on a fresh
 database each time, (a) N runs of one scripted model call each, enqueued together, and (b)
@@ -16,27 +16,23 @@ worker that ran the child settles it and claims the woken parent; "elsewhere": t
 run by another process's segment (a queue the worker does not serve) while the worker is
 idle, so the worker learns of the parent by NOTIFY (PostgreSQL) or by its poll (SQLite).
 
-Without --postgres a private cluster is started (as the test suite does) and removed.
+Without --postgres a private cluster is started (as the other scripts do) and removed;
+with it, each measurement gets a fresh database on that server.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # for tests._postgres, the private cluster
+import _common
 
-import tenure  # noqa: E402
-from tenure import EventKind, RunRequest, RunStatus  # noqa: E402
-from tenure.audit import audit  # noqa: E402
+import tenure
+from tenure import EventKind, RunRequest, RunStatus
+from tenure.audit import audit
 
 SAY = [{"say": "ok"}]
 
@@ -88,7 +84,8 @@ def wake_latencies(url: str, trials: int, elsewhere: bool) -> list[float]:
     thread.start()
     out = []
     try:
-        for _ in range(trials):
+        # The first trial is not counted: the worker's listener may not be listening yet.
+        for trial in range(trials + 1):
             parent = rt.enqueue(
                 RunRequest(agent="one", input={"queue": "other" if elsewhere else "default"})
             )
@@ -109,7 +106,8 @@ def wake_latencies(url: str, trials: int, elsewhere: bool) -> list[float]:
             (claim,) = [
                 e for e in events if e.kind is EventKind.CLAIMED and e.sequence > waited[-1]
             ]
-            out.append((claim.created_at - settled.finished_at).total_seconds() * 1000)
+            if trial:
+                out.append((claim.created_at - settled.finished_at).total_seconds() * 1000)
     finally:
         worker.stop()
         thread.join(30)
@@ -140,26 +138,6 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
-@contextmanager
-def postgres(url: str | None) -> Iterator[Callable[[], str]]:
-    if url:
-        yield lambda: url
-        return
-    from tests._postgres import Cluster, find_bindir
-
-    bindir = find_bindir()
-    if bindir is None:
-        sys.exit("PostgreSQL binaries not found: pass --postgres postgresql://...")
-    cluster = Cluster(bindir)
-    try:
-        cluster.init()
-        cluster.start()
-        cluster.make_template()
-        yield lambda: cluster.url(cluster.create_database())
-    finally:
-        cluster.destroy()
-
-
 def measure(name: str, fresh: Callable[[], str], args: argparse.Namespace) -> list[str]:
     size, c = args.size, args.concurrency
     flat = [RunRequest(agent="leaf", input={"n": i}, script=SAY) for i in range(size)]
@@ -176,25 +154,25 @@ def measure(name: str, fresh: Callable[[], str], args: argparse.Namespace) -> li
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=1000)
+    parser = _common.parser(__doc__.splitlines()[0], default_size=1000, quick_size=50)
     parser.add_argument("--concurrency", type=int, default=50)
-    parser.add_argument("--trials", type=int, default=30)
-    parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--postgres", metavar="URL")
-    parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--trials", type=int, default=30, help="wake-ups per store")
     args = parser.parse_args()
+    args.size, args.repeat = _common.size_and_repeat(args)
+    if args.quick:
+        args.trials = min(args.trials, 5)
     rows = [
-        "| store | N flat | 1 parent + N children | ratio | wake, same worker p50 / p95 "
+        "| system | N flat | 1 parent + N children | ratio | wake, same worker p50 / p95 "
         "| wake, child settled elsewhere p50 / p95 |",
         "|---|---|---|---|---|---|",
     ]
-    with tempfile.TemporaryDirectory() as tmp:
-        count = iter(range(1_000_000))
-        rows += measure("SQLite", lambda: f"sqlite:///{tmp}/b{next(count)}.db", args)
-    if not args.no_postgres:
-        with postgres(args.postgres) as fresh:
-            rows += measure("PostgreSQL", fresh, args)
+    if not args.no_sqlite:
+        with _common.scratch_dir() as tmp:
+            count = iter(range(1_000_000))
+            rows += measure("tenure/SQLite", lambda: f"sqlite:///{tmp}/b{next(count)}.db", args)
+    with _common.maybe_postgres(args) as pg:
+        if pg is not None:
+            rows += measure("tenure/PostgreSQL", lambda: pg.fresh("children"), args)
     print(f"N = {args.size}, concurrency {args.concurrency}, {args.trials} wake-ups each\n")
     print("\n".join(rows))
 
