@@ -774,9 +774,11 @@ RETURNING last_sequence, attempt, lease_token;
 
 -- name: children_of
 -- What a parent reads of the children it waits for (:ids, a JSON array), only its own.
+-- CROSS JOIN: the ids first, each child by its key; joined the other way round SQLite reads
+-- the parent's children by parent_id and scans the whole list for each (N² for N children).
 SELECT c.id, c.status, c.termination_reason, c.error, c.output
   FROM json_each(:ids) AS w
-  JOIN tenure_runs AS c ON c.id = w.value
+ CROSS JOIN tenure_runs AS c ON c.id = w.value
  WHERE c.parent_id = :parent;
 
 -- name: tree
