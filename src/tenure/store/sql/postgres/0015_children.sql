@@ -21,7 +21,9 @@ CREATE INDEX tenure_runs_children_going ON tenure_runs (parent_id)
 -- children are read by a later statement (a fresh snapshot): two children settling at once
 -- take turns, and the second sees the first; the parent's own write that sets it waiting
 -- locks its row before it reads its children too, so neither side decides on a read the
--- other is about to change.
+-- other is about to change. A child is looked up in the parent's `waiting` as its quoted
+-- id (a run id is a UUID, which JSON writes as it is): parsing the whole list at every
+-- child's end cost more than the child.
 --
 -- A run that ends, however it ends, takes its children still going with it: they are
 -- cancelled, each with a `cancelled` event naming the parent; their own children follow
@@ -52,7 +54,7 @@ BEGIN
                SELECT 1 FROM tenure_runs c
                 WHERE c.parent_id = NEW.parent_id AND c.parent_id IS NOT NULL
                   AND c.status NOT IN ('completed', 'failed', 'cancelled')
-                  AND c.id IN (SELECT json_array_elements_text(p.waiting::json -> 'children')))
+                  AND strpos(p.waiting, '"' || c.id || '"') > 0)
         RETURNING p.queue INTO woken;
         IF woken IS NOT NULL THEN
             PERFORM pg_notify('tenure_runs', woken);
