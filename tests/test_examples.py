@@ -97,6 +97,25 @@ def test_fork_repair_reruns_the_failed_step_without_charging_again(
         assert charges == [f"{original.id}:1"]  # the kept charge, as recorded
 
 
+def test_research_agent_fans_out_to_child_runs(tmp_path: Path, db_url: str) -> None:
+    done = _run("research_fanout", tmp_path, db_url)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    parent = lines[0].split()[1].rstrip(":")
+    assert lines[0].endswith(": completed")
+    assert sorted(line.split()[-1] for line in lines[1:4]) == ["completed", "completed", "failed"]
+    assert '"source": "journal"' in lines[4] and "forum is unreachable" in lines[4]
+    with tenure.Runtime(db_url) as rt:
+        children = rt.runs(parent=parent)
+        assert len(children) == 3 and {c.root_id for c in children} == {parent}
+        keys = sorted(c.idempotency_key or "" for c in children)
+        assert keys == [f"{parent}:{p}" for p in (1, 2, 3)]
+        parent_run = rt.status(parent)
+        assert parent_run is not None
+        claims = [e for e in rt.events(parent) if e.kind == "claimed"]
+        assert len(claims) == 2  # one worker slot: the parent waited, gave it up, came back
+
+
 @pytest.mark.slow
 def test_batch_of_documents_with_three_workers(tmp_path: Path, db_url: str) -> None:
     first = _run("batch_documents", tmp_path, db_url)

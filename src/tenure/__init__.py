@@ -8,6 +8,7 @@ most once, whatever crashes.
 from tenure import providers
 from tenure._errors import (
     Cancelled,
+    ChildFailed,
     DatabaseUnavailable,
     DecisionConflict,
     ForkRefused,
@@ -40,7 +41,7 @@ from tenure._types import (
     ToolEffect,
     Usage,
 )
-from tenure.agent._functions import AgentContext
+from tenure.agent._functions import AgentContext, ChildHandle
 from tenure.providers._base import ModelReply
 from tenure.providers.fallback import FallbackExhausted
 from tenure.runtime import Runtime
@@ -50,6 +51,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AgentContext",
     "Cancelled",
+    "ChildFailed",
+    "ChildHandle",
     "DatabaseUnavailable",
     "DecisionConflict",
     "Delta",

@@ -54,9 +54,9 @@ class BudgetBusy(Throttled):
 
 
 def root_of(run: Run) -> str:
-    """The run whose ledger a run's model calls spend from: its tree's root. Until runs
-    have parents every run is its own root; child runs make this `run.root_id`."""
-    return run.id
+    """The run whose ledger a run's model calls spend from: its tree's root (a run without a
+    parent is its own)."""
+    return run.root_id or run.id
 
 
 def tree_of(store: Store, run_id: str) -> str:

@@ -25,6 +25,7 @@ ACTIVE = (
     RunStatus.RUNNING,
     RunStatus.WAITING_FOR_APPROVAL,
     RunStatus.WAITING_FOR_INPUT,
+    RunStatus.WAITING_FOR_CHILDREN,
 )
 ACTIONS = ("cancel", "redrive")
 

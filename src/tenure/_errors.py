@@ -131,6 +131,21 @@ class RunCancelled(Exception):
     """Internal: the run was cancelled; the segment stops and settles nothing."""
 
 
+class ChildFailed(TenureError):
+    """Raised in an agent function (SPEC §21) by `ctx.wait` / `ctx.gather` for a child run
+    that did not complete: its `run_id`, its `status` (`failed` or `cancelled`), its
+    termination `reason` and its `error` text. Recorded once; a replay raises it again."""
+
+    def __init__(self, run_id: str, status: str, reason: str, error: str) -> None:
+        super().__init__(
+            f"child run {run_id} ended {status} ({reason}){': ' + error if error else ''}"
+        )
+        self.run_id = run_id
+        self.status = status
+        self.reason = reason
+        self.error = error
+
+
 class ToolFailed(TenureError):
     """Raised in an agent function (SPEC §20) by `ctx.tool` or `ctx.step` whose function
     raised: `name` is the tool or step, `error` the recorded error text. The failure is

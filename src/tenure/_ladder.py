@@ -68,6 +68,9 @@ class Engine:
     deltas: DeltaPublisher | None = None  # publishes streaming calls' text (SPEC §18)
     capacity: Capacity | None = None  # the models' limits and circuits (SPEC §17)
     agents: dict[str, AgentFunction] = field(default_factory=dict)  # by name (SPEC §20)
+    # How a request is checked before it is stored (the runtime's enqueue check): a child
+    # run (SPEC §21) is refused exactly as `rt.enqueue` would refuse it.
+    validate: Callable[[RunRequest], RunRequest] | None = None
 
     def model_timeout(self, name: str) -> float:
         return self.model_timeouts.get(name, _policy.DEFAULT_MODEL_TIMEOUT)
@@ -380,6 +383,20 @@ class Segment:
         kind = held.kind
         outcome = Outcome.AWAITING_APPROVAL if kind == "approval" else Outcome.AWAITING_INPUT
         return self.result(outcome)
+
+    def wait_for_children(self, request: RunRequest, children: list[str]) -> RunResult | None:
+        """Wait for `children` without a lease or a slot (SPEC §21); None when all of them
+        are terminal already, and the segment goes on."""
+        stored = None if not self.interactive else _requests.dumps(_requests.to_json(request))
+        if not self.steps.wait_for_children(children, stored):
+            # Still held, and going on: the keeper (let go of before the write that was to
+            # end the hold) renews its lease again.
+            keeper = self.engine.keeper
+            if keeper is not None and not self._kept:
+                keeper.keep(self)
+                self._kept = True
+            return None
+        return self.result(Outcome.AWAITING_CHILDREN)
 
     # -- ends ------------------------------------------------------------------------------
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -287,3 +289,16 @@ def dumps_checked(data: dict[str, Any]) -> str:
         return orjson.dumps(data).decode()
     except orjson.JSONEncodeError:  # nested deeper than orjson goes
         return _json.dumps(data)
+
+
+def new_run_id() -> str:
+    """A UUID version 7 (RFC 9562): 48 bits of Unix milliseconds, then 74 random bits.
+
+    Ids that grow with time keep the rows and events of runs enqueued together on the same
+    few database pages, where random ids would scatter every batch's writes over the whole
+    table; and they sort by age."""
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
+    value = value & ~(0x3 << 62) | 0x2 << 62  # the RFC 9562 variant
+    h = f"{value:032x}"  # str(uuid.UUID(int=value)) builds and checks an object first
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

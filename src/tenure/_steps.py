@@ -306,6 +306,21 @@ class Steps:
         if sequences is None:
             self.lost()
 
+    def wait_for_children(self, children: list[str], stored_request: str | None) -> bool:
+        """SPEC §21: the run waits for `children` without a lease (True), unless all of
+        them are terminal already (False: the run goes on, still held). Raises if the run
+        is not ours, and ProviderError if the wait could not be stored."""
+        self.last_write()
+        try:
+            written = self.store.wait_for_children(self.lease, children, stored_request)
+        except Exception as exc:
+            raise ProviderError(
+                FailureClass.UNKNOWN, f"could not wait for the run's children: {exc}"
+            ) from exc
+        if written is None:
+            self.lost()
+        return written is not False
+
     def hand_back(self, why: str, missing: list[str]) -> None:
         """Back to the queue untouched (no attempt, no budget), with the in-doubt fence and
         call it came with, if any."""

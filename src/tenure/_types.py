@@ -15,6 +15,7 @@ class RunStatus(StrEnum):
     RUNNING = "running"
     WAITING_FOR_APPROVAL = "waiting_for_approval"
     WAITING_FOR_INPUT = "waiting_for_input"
+    WAITING_FOR_CHILDREN = "waiting_for_children"  # an agent function's ctx.wait (SPEC §21)
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -59,6 +60,7 @@ class Outcome(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     AWAITING_INPUT = "awaiting_input"
     SLEEPING = "sleeping"  # an agent function's `ctx.sleep` ended the segment (SPEC §20)
+    AWAITING_CHILDREN = "awaiting_children"  # `ctx.wait`: the run waits for children (§21)
 
 
 class FailureClass(StrEnum):
@@ -115,6 +117,7 @@ class EventKind(StrEnum):
     STEP = "step"  # an agent function's step other than a model or tool call (SPEC §20)
     SLEEPING = "sleeping"  # an agent function's durable timer (SPEC §20)
     FORKED = "forked"  # a fork's first own event, after the copy of its original's (SPEC §23)
+    WAITING = "waiting"  # an agent function waits for child runs (SPEC §21)
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,10 @@ class Run:
     fence_probe: bool = False
     # A fork (SPEC §23): the run it was forked from and the sequence it was forked at.
     forked_from: ForkedFrom | None = None
+    # A child run's parent (SPEC §21), and the root of its tree (its own id for a run
+    # without a parent).
+    parent_id: str | None = None
+    root_id: str | None = None
     # Set when the row could not be fully decoded (a corrupt value, a timestamp out of
     # range): which fields, and why. Those fields hold None, or for a required timestamp
     # 0001-01-01 UTC; the rest of the row is as stored.

@@ -17,7 +17,10 @@
   requeues, fresh after a redrive);
 - a dead-letter only for a class that is not retryable, a spent budget, or a standing
   non-idempotent fence (SPEC §6.7, §7);
-- the run row agrees with its events (token, attempt, status, requeue count).
+- the run row agrees with its events (token, attempt, status, requeue count);
+- a tree of child runs (SPEC §21) is whole: no child goes on (not terminal) under a parent
+  or root that has ended, and no parent waits for children that have all ended (nothing
+  would wake it).
 
 With an external `ledger` (what the outside system saw: one `(run_id, idempotency_key,
 token)` per executed write) it also checks that each `(run, key)` was written at most once,
@@ -351,6 +354,13 @@ def _on_sleeping(w: _Walk, e: Event) -> None:
         w.owner_step(e)
 
 
+def _on_waiting(w: _Walk, e: Event) -> None:
+    # SPEC §21: the owner gave the run up to wait for its children; the child that settles
+    # last queues it again, and its next claim is legitimate.
+    w.release(e, by_owner=True)
+    w.unstarted = False
+
+
 def _on_throttled(w: _Walk, e: Event) -> None:
     # A parked run (SPEC §17): its owner gave it back to wait for its model, uncharged.
     w.release(e, by_owner=True)
@@ -395,6 +405,7 @@ _HANDLERS = {
     EventKind.THROTTLED: _on_throttled,
     EventKind.STEP: _on_step,
     EventKind.SLEEPING: _on_sleeping,
+    EventKind.WAITING: _on_waiting,
     EventKind.APPROVAL: _on_human,
     EventKind.INPUT: _on_human,
     EventKind.FORKED: _on_forked,
@@ -693,10 +704,36 @@ def audit(
         if lease_problem:
             report.violations.append(lease_problem)
         walks[run.id] = walk
+    report.violations.extend(_tree_problems(runs))
     if entries is not None:
         _check_ledger(entries, runs, walks, ledger_tools, report)
     report.refused_writes = count_refused_writes(worker_logs)
     return report
+
+
+def _tree_problems(runs: dict[str, Run]) -> list[str]:
+    """SPEC §21, on the rows read at one instant: a child never goes on under an ended
+    parent or root (an ended run cancels its children in its own transaction), and a
+    parent never waits for children that have all ended (the last one wakes it in its)."""
+    problems = []
+    for run in runs.values():
+        if run.status is RunStatus.WAITING_FOR_CHILDREN:
+            awaited = [runs.get(str(c)) for c in (run.waiting or {}).get("children", [])]
+            if awaited and all(c is not None and c.status.is_terminal for c in awaited):
+                problems.append(
+                    f"run {run.id}: waits for children that have all ended: nothing will wake it"
+                )
+        if run.parent_id is None or run.status.is_terminal:
+            continue
+        for role, ancestor_id in (("parent", run.parent_id), ("root", run.root_id)):
+            ancestor = runs.get(str(ancestor_id))
+            if ancestor is not None and ancestor.status.is_terminal:
+                problems.append(
+                    f"run {run.id}: {run.status}, but its {role} {ancestor.id} has ended "
+                    f"({ancestor.status})"
+                )
+                break
+    return problems
 
 
 def _walk(

@@ -6,7 +6,6 @@ import inspect
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, cast
@@ -59,19 +58,6 @@ DEFAULT_DATABASE_URL = "sqlite:///tenure.db"
 
 def default_database_url() -> str:
     return os.environ.get("TENURE_DATABASE_URL") or DEFAULT_DATABASE_URL
-
-
-def new_run_id() -> str:
-    """A UUID version 7 (RFC 9562): 48 bits of Unix milliseconds, then 74 random bits.
-
-    Ids that grow with time keep the rows and events of runs enqueued together on the same
-    few database pages, where random ids would scatter every batch's writes over the whole
-    table; and they sort by age."""
-    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
-    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
-    value = value & ~(0x3 << 62) | 0x2 << 62  # the RFC 9562 variant
-    h = f"{value:032x}"  # str(uuid.UUID(int=value)) builds and checks an object first
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _check_decider(who: str, execute: str) -> None:
@@ -169,6 +155,7 @@ class Runtime:
             capacity=self._capacity,
             deltas=self._deltas,
             agents=self._agents,
+            validate=self._validate,
         )
 
     def tool(
@@ -304,7 +291,7 @@ class Runtime:
         data = _requests.to_json(request)
         text = _requests.dumps_checked(data)
         return NewRun(
-            run_id=new_run_id(),
+            run_id=_requests.new_run_id(),
             queue=request.queue,
             request=None if interactive else text,
             idempotency_key=request.idempotency_key,
@@ -568,10 +555,13 @@ class Runtime:
         metadata: dict[str, Any] | None = None,
         since: float | None = None,
         until: float | None = None,
+        parent: str | None = None,
+        roots: bool = False,
     ) -> list[Run]:
         """Runs, newest first, by status, termination reason and queue; and by the metadata
         of their request (every key given, with that value) and when they were created
-        (`since` / `until`: seconds ago)."""
+        (`since` / `until`: seconds ago); `parent`: that run's children only; `roots`: only
+        runs without a parent (SPEC §21)."""
         try:
             status = RunStatus(status) if status is not None else None
             reason = TerminationReason(reason) if reason is not None else None
@@ -579,8 +569,13 @@ class Runtime:
             raise InvalidRequest(str(exc)) from None
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidRequest(f"limit must be a positive whole number, got {limit!r}")
+        if parent is not None and (not isinstance(parent, str) or not parent):
+            raise InvalidRequest(f"parent must be a run id, got {parent!r}")
+        if parent is not None and roots:
+            raise InvalidRequest("parent and roots exclude each other: a child is not a root")
+        roots = bool(roots)
         if metadata is None and since is None and until is None:
-            return self.store.runs(status, reason, queue, limit)
+            return self.store.runs(status, reason, queue, limit, parent=parent, roots=roots)
         if metadata is not None:
             if not isinstance(metadata, dict) or not metadata:
                 raise InvalidRequest("metadata must be a non-empty dict of the values to match")
@@ -593,7 +588,9 @@ class Runtime:
         ]
         if ages[0] is not None and ages[1] is not None and ages[1] >= ages[0]:
             raise InvalidRequest("until must be more recent than since (fewer seconds ago)")
-        return self.store.search_runs(metadata, ages[0], ages[1], status, reason, queue, limit)
+        return self.store.search_runs(
+            metadata, ages[0], ages[1], status, reason, queue, limit, parent=parent, roots=roots
+        )
 
     @staticmethod
     def _queue_name(queue: str) -> str:
@@ -661,7 +658,8 @@ class Runtime:
     def redrive(self, run_id: str, force: bool = False) -> bool:
         """Send a dead-lettered run back to the queue with a fresh budget.
 
-        Refused (False) while a non-idempotent write may have happened, unless `force`.
+        Refused (False) while a non-idempotent write may have happened, unless `force`;
+        and for a child run whose parent has ended (SPEC §21).
         """
         return self.store.redrive(run_id, force)
 
@@ -706,7 +704,7 @@ class Runtime:
         request = {**plan.request, "idempotency_key": None}
         if model is not None:
             request["model"] = model
-        fork_id = new_run_id()
+        fork_id = _requests.new_run_id()
         event = NewEvent(
             EventKind.FORKED,
             {

@@ -64,6 +64,19 @@ def careful(ctx: tenure.AgentContext, amount: int) -> bool:
 def ping_agent(ctx: tenure.AgentContext) -> str:
     """Answer pong."""
     return "pong"
+
+
+@rt.agent
+def fail(ctx: tenure.AgentContext) -> str:
+    """Fail."""
+    raise ValueError("this child fails")
+
+
+@rt.agent
+def fan(ctx: tenure.AgentContext) -> list:
+    """Ping twice and fail once, in child runs."""
+    handles = [*ctx.map("ping", [{}, {}]), ctx.child(agent="fail", input={})]
+    return ctx.gather(*handles, return_exceptions=True)[:2]
 '''
 APP = "agent_app:rt"
 INPUT = {"ticket_id": "T-1", "text": "I want my money back"}
@@ -115,7 +128,7 @@ def test_agents_json_has_the_whole_input_schemas(cli: Cli) -> None:
     result = cli("--app", APP, "agents", "--json")
     assert result.code == 0, result.err
     found = {a["name"]: a for a in result.json()}
-    assert sorted(found) == ["careful", "ping", "triage"]
+    assert sorted(found) == ["careful", "fail", "fan", "ping", "triage"]
     schema = found["triage"]["input_schema"]
     assert schema["required"] == ["ticket_id", "text"]
     assert schema["properties"]["priority"] == {
@@ -219,7 +232,7 @@ def test_an_agent_without_input_parameters_needs_no_input(cli: Cli) -> None:
         ),
         (
             ["--agent", "nobody", "--input", "{}"],
-            "unknown agent 'nobody' (agents: careful, ping, triage)",
+            "unknown agent 'nobody' (agents: careful, fail, fan, ping, triage)",
         ),
         (
             ["--agent", "triage", "--input", '{"ticket_id": "T-1"}'],
@@ -278,3 +291,32 @@ def test_pending_shows_what_the_model_said_before_an_agent_step_waits(cli: Cli) 
     assert held["id"] == run_id and held["agent"] == "careful"
     assert (held["context"]["model_text"], held["context"]["damaged"]) == (said, None)
     assert [(c["tool"], c["kind"]) for c in held["pending_calls"]] == [("refund", "approval")]
+
+
+def test_show_tree_and_the_listing_of_roots_and_children(cli: Cli) -> None:
+    """SPEC §21: `show RUN --tree` draws the run and its children with their statuses;
+    `runs --roots` and `runs --parent RUN` filter the listing."""
+    parent = cli("--app", APP, "enqueue", "--agent", "fan", "--input", "{}").out.strip()
+    worked = cli("--app", APP, "worker", "--burst", "--concurrency", "1")
+    assert worked.code == 0, worked.err
+    shown = cli("show", parent, "--tree")
+    assert shown.code == 0, shown.err
+    lines = shown.out.splitlines()
+    assert lines[0] == f"{parent}  completed"
+    children = [r["id"] for r in cli("runs", "--parent", parent, "--json").json()]
+    assert len(children) == 3
+    for child in children:
+        (line,) = [x for x in lines if child in x]
+        assert line.startswith(("├── ", "└── "))
+    assert sum("completed" in x for x in lines[1:]) == 2
+    assert sum("failed (not_retryable)" in x for x in lines) == 1
+    tree = cli("show", parent, "--tree", "--json").json()["tree"]
+    assert tree[0]["id"] == parent
+    assert sorted(n["id"] for n in tree[1:]) == sorted(children)
+    assert all(n["parent_id"] == parent for n in tree[1:])
+    assert [n["error"] for n in tree if n["status"] == "failed"] == [
+        "agent fail raised ValueError: this child fails"
+    ]
+    assert [r["id"] for r in cli("runs", "--roots", "--json").json()] == [parent]
+    both = cli("runs", "--roots", "--parent", parent)
+    assert both.code == 2 and "not allowed with" in both.err

@@ -133,3 +133,26 @@ def ship(ctx: tenure.AgentContext, order_id: str) -> str:
     where = ctx.input("ship to which city?", CITY)
     ctx.step(note, f"{order_id} to {where['city']}", order_id, effect=ToolEffect.IDEMPOTENT_WRITE)
     return str(where["city"])
+
+
+@rt.agent
+def pick(ctx: tenure.AgentContext, order_id: str) -> str:
+    """Pick an order (a child run of `fan_out`).
+
+    Args:
+        order_id: the order
+    """
+    return f"picked {order_id}"
+
+
+@rt.agent
+def fan_out(ctx: tenure.AgentContext, orders: list[str]) -> list[str]:
+    """Pick every order in a child run of its own, one created alone and the rest at once,
+    and wait for all of them (SPEC §21).
+
+    Args:
+        orders: the orders
+    """
+    first = ctx.child(agent="pick", input={"order_id": orders[0]})
+    rest = ctx.map("pick", [{"order_id": o} for o in orders[1:]])
+    return [str(v) for v in ctx.gather(first, *rest)]

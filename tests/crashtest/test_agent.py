@@ -177,3 +177,37 @@ def test_an_agent_function_that_begins_by_asking_a_person(db_url: str, tmp_path:
 
 def report_points(report: CrashReport) -> list[str]:
     return [r.point for r in report.results]
+
+
+FAN_OUT: dict[str, Any] = {
+    "name": "fan out",
+    "agent": "fan_out",
+    "input": {"orders": ["o1", "o2", "o3"]},
+}
+
+
+def test_a_kill_between_creating_a_child_and_recording_it_leaves_one_child(
+    db_url: str, tmp_path: Path
+) -> None:
+    """SPEC §21: a worker SIGKILLed after the commit that created a child (`ctx.child`) or
+    the children of a `ctx.map`, before the step that records them: the next segment finds
+    them under their keys PARENT_ID:POSITION; no child is created twice, and the run
+    completes."""
+    report = crashtest(
+        agent_app.rt, [FAN_OUT], points="child", database=db_url, workdir=tmp_path / "w"
+    )
+    assert report.ok, report.violations()
+    points = killed(report)
+    assert "child 0" in points and "child 1" in points, points
+    cases = 0
+    for rt, run_id in runs_of(report):
+        cases += 1
+        run = rt.status(run_id)
+        assert run is not None and run.status is RunStatus.COMPLETED, (run_id, run)
+        assert run.output == '["picked o1", "picked o2", "picked o3"]'
+        children = rt.runs(parent=run_id)
+        keys = sorted(c.idempotency_key or "" for c in children)
+        assert keys == [f"{run_id}:{p}" for p in range(3)], keys
+        assert all(c.status is RunStatus.COMPLETED for c in children)
+        assert audit(rt.store).ok
+    assert cases >= 3

@@ -1,12 +1,14 @@
 """One budget for a run tree (SPEC §21) through the runtime: every model call of a run with
 `max_tokens` / `max_cost` goes through its tree's ledger in the store.
 
-Until runs have parents, another run is pointed at a run's ledger by reserving on it
-directly (store API, under that other run's own lease), as a child on another worker will.
+Some tests point another run at a run's ledger by reserving on it directly (store API,
+under that other run's own lease), as a child on another worker does; the last ones spend a
+root's budget through real child runs.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -129,3 +131,49 @@ def test_a_failed_call_gives_its_reservation_back(make_runtime: MakeRuntime) -> 
     assert result is not None and result.outcome is Outcome.REQUEUED
     budget = rt.budget(run_id)
     assert budget is not None and (budget.spent_tokens, budget.reserved_tokens) == (0, 0)
+
+
+def test_children_spend_from_their_roots_budget_and_the_parent_sees_it_spent(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = make_runtime()
+    _agent(rt)
+
+    @rt.agent
+    def fan(ctx: tenure.AgentContext, n: int) -> list[str]:
+        handles = ctx.map("asks", [{} for _ in range(n)], script=[SAY])
+        found = ctx.gather(*handles, return_exceptions=True)
+        return [f.reason if isinstance(f, tenure.ChildFailed) else "ok" for f in found]
+
+    root = rt.enqueue(RunRequest(agent="fan", input={"n": 5}, model="scripted", max_tokens=25))
+    rt.work(concurrency=1, burst=True)
+    run = rt.status(root)
+    assert run is not None and run.status is RunStatus.COMPLETED, run
+    # Each child's call uses 10 tokens: three are made (0, 10, 20 spent before each: each
+    # leaves some of the 25), then the tree's budget is spent and the next call anywhere
+    # ends its run `budget_exhausted`; the parent sees that reason.
+    assert run.output is not None and sorted(json.loads(run.output)) == [
+        "budget_exhausted", "budget_exhausted", "ok", "ok", "ok",
+    ]  # fmt: skip
+    children = rt.runs(parent=root)
+    budget = rt.budget(root)
+    assert budget is not None and (budget.spent_tokens, budget.reserved_tokens) == (30, 0)
+    for child in children:
+        assert rt.budget(child.id) == budget  # every child reads its root's ledger
+    ended = [c for c in children if c.termination_reason is TerminationReason.BUDGET_EXHAUSTED]
+    assert len(ended) == 2
+
+
+def test_a_child_with_a_budget_of_its_own_is_refused(make_runtime: MakeRuntime) -> None:
+    rt = make_runtime()
+    _agent(rt)
+
+    @rt.agent
+    def greedy(ctx: tenure.AgentContext) -> None:
+        ctx.child(agent="asks", input={}, script=[SAY], max_tokens=10_000)
+
+    result = rt.run(RunRequest(agent="greedy", input={}, model="scripted", max_tokens=25))
+    run = rt.status(result.run_id)
+    assert run is not None and run.status is RunStatus.FAILED
+    assert "spends from its tree's budget" in run.error
+    assert rt.runs(parent=result.run_id) == []

@@ -123,10 +123,11 @@ OWNER_WRITES = {
     "settle_batch",
     "suspend",
     "park",
+    "wait_for_children",
     "publish_delta",
     "reserve_budget",
 }
-OWNER_READS = {"held_by"}
+OWNER_READS = {"held_by", "held"}
 _OWNER = re.compile(
     r"\bclaimed_by\s*=\s*"
     r"(?::owner\b|%\(owner\)s|json_extract\(b\.value, '\$\.owner'\)|[bd]\.owner\b)"

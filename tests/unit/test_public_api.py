@@ -11,6 +11,8 @@ import tenure
 
 EXPECTED = {
     "AgentContext",
+    "ChildFailed",
+    "ChildHandle",
     "Cancelled",
     "DatabaseUnavailable",
     "DecisionConflict",
@@ -75,7 +77,7 @@ def test_all_is_pinned() -> None:
 def test_enum_values_are_the_specs() -> None:
     assert [s.value for s in tenure.RunStatus] == [
         "queued", "running", "waiting_for_approval", "waiting_for_input",
-        "completed", "failed", "cancelled",
+        "waiting_for_children", "completed", "failed", "cancelled",
     ]  # fmt: skip
     assert [r.value for r in tenure.TerminationReason] == [
         "completed", "max_iterations", "budget_exhausted", "policy_denied", "approval_denied",
@@ -83,7 +85,7 @@ def test_enum_values_are_the_specs() -> None:
     ]  # fmt: skip
     assert [o.value for o in tenure.Outcome] == [
         "completed", "failed", "cancelled", "requeued", "lease_lost",
-        "awaiting_approval", "awaiting_input", "sleeping",
+        "awaiting_approval", "awaiting_input", "sleeping", "awaiting_children",
     ]  # fmt: skip
     assert [c.value for c in tenure.FailureClass] == [
         "connection", "timeout", "rate_limit", "auth", "configuration", "client_error",
@@ -121,7 +123,8 @@ def test_records_are_frozen_dataclasses_with_the_spec_fields() -> None:
         "claimed_by", "lease_expires", "lease_token", "requeue_count", "available_at",
         "pending_effect", "attempt", "error_class", "error", "output", "input_tokens",
         "output_tokens", "cost", "created_at", "started_at", "finished_at", "updated_at",
-        "waiting", "wait_deadline", "fence_probe", "forked_from", "damaged",
+        "waiting", "wait_deadline", "fence_probe", "forked_from", "parent_id", "root_id",
+        "damaged",
     ]  # fmt: skip
     assert [f.name for f in dataclasses.fields(tenure.Event)] == [
         "run_id", "sequence", "attempt", "kind", "payload", "created_at", "lease_token",

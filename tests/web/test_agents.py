@@ -245,3 +245,49 @@ def test_the_runs_list_names_the_agent_and_the_agents_page_its_input(agents: Age
         ["text", "string", "yes", "", "what the customer wrote"],
         ["priority", "integer", "no", "3", "1 (urgent) to 5"],
     ]
+
+
+def test_a_tree_of_runs_through_the_api_and_on_the_run_page(agents: Agents) -> None:
+    """SPEC §21: `GET /api/runs?parent=` and `?roots=true`, the tree in `GET /api/runs/ID`,
+    and the run page's tree, each node linked with its status."""
+    client, rt = agents.client, agents.rt
+
+    @rt.agent
+    def ping(ctx: tenure.AgentContext, n: int) -> int:
+        """Answer with its number."""
+        return n
+
+    @rt.agent
+    def fan(ctx: tenure.AgentContext) -> list[int]:
+        """Ping twice, in child runs."""
+        return ctx.gather(*ctx.map("ping", [{"n": 1}, {"n": 2}]))
+
+    response = client.post("/api/runs", headers=AUTH, json={"agent": "fan", "input": {}})
+    assert response.status_code == 201, response.text
+    parent = response.json()["id"]
+    rt.worker(concurrency=1, burst=True).run()
+    children = client.get("/api/runs", headers=AUTH, params={"parent": parent}).json()["runs"]
+    assert len(children) == 2 and all(c["parent_id"] == parent for c in children)
+    assert all(c["root_id"] == parent and c["status"] == "completed" for c in children)
+    roots = client.get("/api/runs", headers=AUTH, params={"roots": "true"}).json()["runs"]
+    assert [r["id"] for r in roots] == [parent]
+    run = client.get(f"/api/runs/{parent}", headers=AUTH).json()
+    assert run["status"] == "completed" and run["parent_id"] is None
+    assert run["tree"][0]["id"] == parent
+    assert sorted(n["id"] for n in run["tree"][1:]) == sorted(c["id"] for c in children)
+    assert all(n["status"] == "completed" for n in run["tree"])
+    bad = client.get("/api/runs", headers=AUTH, params={"parent": "not an id"})
+    assert bad.status_code == 422
+
+    login(client)
+    page = client.get(f"/runs/{parent}").text
+    tree = re.search(r'<ul class="run-tree".*?</ul>', page, re.S)
+    assert tree is not None
+    nodes = re.findall(
+        r'<li class="tree-node depth-(\d)[^"]*" data-run="([^"]+)">(.*?)</li>', tree.group(0), re.S
+    )
+    assert nodes[0][:2] == ("0", parent)
+    for depth, run_id, body in nodes[1:]:
+        assert depth == "1" and f'href="/runs/{run_id}"' in body and "completed" in body
+    child_page = client.get(f"/runs/{children[0]['id']}").text
+    assert f'href="/runs/{parent}"' in child_page

@@ -14,6 +14,7 @@ and agent functions share every guarded write.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -30,10 +31,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
-from tenure import _json, _loop
+from tenure import _json, _loop, _requests
 from tenure._budget import BudgetSpent
 from tenure._classify import describe
 from tenure._errors import (
+    ChildFailed,
     InvalidRequest,
     LeaseLost,
     ProviderError,
@@ -57,7 +59,7 @@ from tenure.agent import _human
 from tenure.agent._journal import tool_message
 from tenure.agent._tools import InvalidArguments, Tool, _check_name, _field, parse_docstring
 from tenure.providers._base import ModelCall, ModelReply, ToolCall, ToolSpec
-from tenure.store._base import NO_USAGE, NewEvent, Settlement
+from tenure.store._base import NO_USAGE, ChildState, NewEvent, NewRun, Settlement
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -279,6 +281,7 @@ class AgentContext:
         # so failure recovery takes the in-doubt way), or a step out of step with the
         # journal (the run stops as nondeterministic).
         self._doubt: Exception | None = None
+        self._root: str | None = None  # the root of this run's tree, read once if needed
 
     # -- plain values ----------------------------------------------------------------------
 
@@ -612,6 +615,185 @@ class AgentContext:
             return tool_message(call.id, None, exc.error)
         return tool_message(call.id, result, None)
 
+    # -- child runs (SPEC §21) -------------------------------------------------------------
+
+    def child(
+        self,
+        request: RunRequest | None = None,
+        /,
+        *,
+        agent: str | None = None,
+        input: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> ChildHandle:
+        """Create a child run (an agent function's, or a `RunRequest`): a step, whose child
+        has the idempotency key `PARENT_ID:POSITION`, so that a crash between creating it
+        and recording the step never creates two. With `agent=`, its model and queue are this
+        run's unless given (a RunRequest is taken as it is). Returns its handle."""
+        made = self._child_request(request, agent, input, fields)
+        (handle,) = self._create([made])
+        return handle
+
+    def map(self, agent: str, inputs: Iterable[dict[str, Any]], **fields: Any) -> list[ChildHandle]:
+        """One child run of `agent` per input, created in one transaction (each a step at
+        its own position, recorded together)."""
+        if not isinstance(agent, str) or not agent:
+            raise InvalidRequest("map: agent must be the name of an agent function")
+        made = [self._child_request(None, agent, values, fields) for values in inputs]
+        return self._create(made) if made else []
+
+    def _child_request(
+        self,
+        request: RunRequest | None,
+        agent: str | None,
+        values: dict[str, Any] | None,
+        fields: dict[str, Any],
+    ) -> RunRequest:
+        if request is not None:
+            if agent is not None or values is not None or fields:
+                raise InvalidRequest("child: give a RunRequest, or agent= and input=, not both")
+            if not isinstance(request, RunRequest):
+                raise InvalidRequest(f"child: expected a RunRequest, got {request!r}")
+            made = request
+        else:
+            if agent is None:
+                raise InvalidRequest("child: name its agent= (or give a RunRequest)")
+            defaults = {"model": self._request.model, "queue": self._request.queue}
+            try:
+                made = RunRequest(agent=agent, input=values or {}, **{**defaults, **fields})
+            except TypeError as exc:
+                raise InvalidRequest(f"child: {exc}") from None
+        if made.idempotency_key is not None:
+            raise InvalidRequest(
+                "child: a child's idempotency key is PARENT_ID:POSITION; do not set one"
+            )
+        return self._in_budget(made)
+
+    def _in_budget(self, made: RunRequest) -> RunRequest:
+        """A child spends from its tree's budget, the root's (SPEC §21): it carries the
+        parent's limits (which are the root's), so that its calls go through the tree's
+        ledger with the same limits; a budget of its own is refused."""
+        tree = (self._request.max_tokens, self._request.max_cost)
+        if (made.max_tokens, made.max_cost) not in ((None, None), tree):
+            raise InvalidRequest(
+                "child: a child spends from its tree's budget (the root's max_tokens and "
+                "max_cost); do not set one of its own"
+            )
+        return dataclasses.replace(made, max_tokens=tree[0], max_cost=tree[1])
+
+    def _create(self, requests: list[RunRequest]) -> list[ChildHandle]:
+        """The children at the next positions: replayed when recorded; else checked,
+        enqueued in one transaction under their keys (a key taken by an earlier try that
+        crashed before its step was recorded gives back that child), and recorded."""
+        segment = self._segment
+        asked = []
+        for req in requests:
+            data = _requests.to_json(req)
+            d = digest(data)
+            position, found = self._next("child", req.agent or "run", d)
+            asked.append((position, found, req, d))
+        if all(found is not None for _, found, _, _ in asked):
+            return [_handle(found.payload) for _, found, _, _ in asked if found is not None]
+        validate = segment.engine.validate
+        root = self._root_id()
+        runs, steps = [], []
+        for position, found, req, d in asked:
+            if found is not None:
+                continue
+            checked = validate(req) if validate is not None else req
+            keyed = dataclasses.replace(checked, idempotency_key=f"{self.run_id}:{position}")
+            data = _requests.to_json(keyed)
+            runs.append(
+                NewRun(
+                    run_id=_requests.new_run_id(),
+                    queue=keyed.queue,
+                    request=_requests.dumps_checked(data),
+                    idempotency_key=keyed.idempotency_key,
+                    events=(NewEvent(EventKind.REQUEST, data),),
+                    parent_id=self.run_id,
+                    root_id=root,
+                )
+            )
+            steps.append((position, req, d))
+        segment.steps.check_held()
+        created = segment.store.enqueue_many(runs)
+        events = []
+        for (position, req, d), (child_id, _) in zip(steps, created, strict=True):
+            payload = {
+                "position": position,
+                "step": "child",
+                "name": req.agent or "run",
+                "digest": d,
+                "result": {"run_id": child_id, "agent": req.agent},
+            }
+            events.append(NewEvent(EventKind.STEP, payload))
+        self._record(events)
+        by_position = {e.payload["position"]: e.payload for e in events}
+        return [
+            _handle(found.payload if found is not None else by_position[position])
+            for position, found, _, _ in asked
+        ]
+
+    def _root_id(self) -> str:
+        if self._root is None:
+            run = self._segment.store.get_run(self.run_id)
+            self._root = (run.root_id if run is not None else None) or self.run_id
+        return self._root
+
+    def wait(self, handle: ChildHandle) -> Any:
+        """The child's output (an agent function's JSON value; a built-in run's text), or
+        `tenure.ChildFailed` if it failed or was cancelled. While it is not done the run
+        waits without a lease or a slot (`waiting_for_children`), woken when it ends."""
+        (result,) = self._await("wait", [handle], return_exceptions=False)
+        return result
+
+    def gather(self, *handles: ChildHandle, return_exceptions: bool = False) -> list[Any]:
+        """Every child's output, in order, once all of them are done; the first failed one
+        raises its `tenure.ChildFailed`, or with `return_exceptions=True` stands in the list
+        in its place."""
+        return self._await("gather", list(handles), return_exceptions=return_exceptions)
+
+    def _await(self, name: str, handles: list[ChildHandle], return_exceptions: bool) -> list[Any]:
+        for h in handles:
+            if not isinstance(h, ChildHandle):
+                raise InvalidRequest(f"{name}: expected a child's handle (ctx.child), got {h!r}")
+        ids = [h.run_id for h in handles]
+        d = digest({"children": ids, "return_exceptions": bool(return_exceptions)})
+        position, found = self._next("wait", name, d)
+        if found is not None:
+            outcomes = list(found.payload.get("result") or [])
+        else:
+            outcomes = self._settled(name, handles, position, d)
+        values = [_child_value(o) for o in outcomes]
+        if not return_exceptions:
+            for v in values:
+                if isinstance(v, ChildFailed):
+                    raise v
+        return values
+
+    def _settled(
+        self, name: str, handles: list[ChildHandle], position: int, d: str
+    ) -> list[dict[str, Any]]:
+        """The children's ends, recorded as this step; while one is not done, the segment
+        ends and the run waits for them (unless the last settled meanwhile)."""
+        segment = self._segment
+        ids = list(dict.fromkeys(h.run_id for h in handles))
+        while True:
+            states = {c.id: c for c in segment.store.children_of(self.run_id, ids)}
+            unknown = [i for i in ids if i not in states]
+            if unknown:
+                raise InvalidRequest(f"{name}: run {unknown[0]} is not a child of this run")
+            pending = [i for i in ids if not RunStatus(states[i].status).is_terminal]
+            if not pending:
+                break
+            ended = segment.wait_for_children(self._request, pending)
+            if ended is not None:
+                raise _Yield(ended)
+        outcomes = [_child_outcome(h, states[h.run_id]) for h in handles]
+        payload = {"position": position, "step": "wait", "name": name, "digest": d}
+        self._record([NewEvent(EventKind.STEP, {**payload, "result": outcomes})])
+        return outcomes
+
     # -- waiting ---------------------------------------------------------------------------
 
     def sleep(self, seconds: float) -> None:
@@ -720,6 +902,48 @@ class AgentContext:
         )
         hold = _human.Hold(status, position, [held_call])
         raise _Yield(segment.suspend(self._request, hold))
+
+
+@dataclass(frozen=True)
+class ChildHandle:
+    """A child run created by `ctx.child` / `ctx.map` (SPEC §21): its id, and its agent
+    (None for a built-in run), which tells how its output is read."""
+
+    run_id: str
+    agent: str | None = None
+
+
+def _handle(payload: dict[str, Any]) -> ChildHandle:
+    result = payload.get("result") or {}
+    return ChildHandle(str(result.get("run_id")), result.get("agent"))
+
+
+def _child_outcome(handle: ChildHandle, state: ChildState) -> dict[str, Any]:
+    """A child's end as the parent's step records it."""
+    if state.status == RunStatus.COMPLETED:
+        output: Any = state.output
+        if handle.agent is not None and output is not None:
+            # Not written by an agent function's return (a redriven run, say): kept as text.
+            with contextlib.suppress(ValueError):
+                output = json.loads(output)
+        return {"run_id": state.id, "status": state.status, "output": output}
+    return {
+        "run_id": state.id,
+        "status": state.status,
+        "reason": state.reason,
+        "error": state.error,
+    }
+
+
+def _child_value(outcome: dict[str, Any]) -> Any:
+    if outcome.get("status") == RunStatus.COMPLETED:
+        return outcome.get("output")
+    return ChildFailed(
+        str(outcome.get("run_id")),
+        str(outcome.get("status")),
+        str(outcome.get("reason", "")),
+        str(outcome.get("error", "")),
+    )
 
 
 # -- helpers ------------------------------------------------------------------------------

@@ -41,11 +41,15 @@ from tenure.cli._output import (
     reason_text,
     run_details,
     run_json,
+    run_tree,
     runs_table,
     steps_table,
+    tree_json,
 )
 from tenure.providers.scripted import parse_script
 
+# `show --tree` shows at most this many runs of a tree.
+TREE_LIMIT = 1000
 # Bulk redrive reads dead-letters in pages of this size.
 REDRIVE_PAGE = 500
 
@@ -229,6 +233,8 @@ def runs(ctx: Context, args: argparse.Namespace) -> int:
         metadata=dict(args.meta) if args.meta else None,
         since=args.since,
         until=args.until,
+        parent=args.parent,
+        roots=args.roots,
     )
     if args.json:
         print_json([r.to_json() for r in found])
@@ -257,12 +263,20 @@ def status(ctx: Context, args: argparse.Namespace) -> int:
     # An agent function's run: its steps by position, read from its journal.
     steps = agent_steps(app.events(args.run_id)) if call is not None else []
     budget = app.budget(args.run_id)  # its tree's (SPEC §21)
+    tree = app.store.tree(args.run_id, TREE_LIMIT) if args.tree else []
     if args.json:
         data = run_json(found, call)
         data["budget"] = None if budget is None else budget.to_json()
         if call is not None:
             data["steps"] = [s.to_json() for s in steps]
+        if args.tree:
+            data["tree"] = tree_json(tree)
         print_json(data)
+        return 0
+    if args.tree:
+        run_tree(tree)
+        if len(tree) >= TREE_LIMIT:
+            out.print(f"(the first {TREE_LIMIT} runs of the tree)")
         return 0
     run_details(found, call, budget)
     if call is not None:
@@ -343,6 +357,12 @@ def _redrive_one(app: Runtime, run_id: str, force: bool) -> int:
         raise CliError(
             f"run {run_id} was stopped during a non-idempotent write (its fence stands): the "
             "write may have happened; check, then redrive it with --force"
+        )
+    parent = app.status(found.parent_id) if found.parent_id else None
+    if parent is not None and parent.status.is_terminal:
+        raise CliError(
+            f"run {run_id} is a child of run {parent.id}, which is {parent.status}: a child "
+            "never runs on after its parent ended; redrive the parent instead"
         )
     raise CliError(f"run {run_id} has no stored request to run again")
 
@@ -494,6 +514,7 @@ HANDLERS = {
     "runs": runs,
     "models": models,
     "status": status,
+    "show": status,
     "events": events,
     "cancel": cancel,
     "redrive": redrive,

@@ -25,6 +25,7 @@ STATUS_STYLE = {
     RunStatus.RUNNING: "blue",
     RunStatus.WAITING_FOR_APPROVAL: "magenta",
     RunStatus.WAITING_FOR_INPUT: "magenta",
+    RunStatus.WAITING_FOR_CHILDREN: "magenta",
     RunStatus.COMPLETED: "green",
     RunStatus.FAILED: "red",
     RunStatus.CANCELLED: "yellow",
@@ -180,6 +181,47 @@ def run_details(run: Run, call: AgentCall | None = None, budget: Budget | None =
         else:
             line.append("" if value is None else str(value))
         out.print(line)
+
+
+def tree_json(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """A run's tree (SPEC §21) as `show --tree --json` prints it: each run's id, parent,
+    status, reason and error, parents before children."""
+    return [
+        {
+            "id": r.id,
+            "parent_id": r.parent_id,
+            "status": str(r.status),
+            "termination_reason": str(r.termination_reason or ""),
+            "error": r.error,
+        }
+        for r in runs
+    ]
+
+
+def run_tree(runs: Sequence[Run]) -> None:
+    """A run and its descendants (parents before children) as a tree, with statuses."""
+    from rich.tree import Tree
+
+    def label(run: Run) -> Text:
+        text = Text(run.id + "  ")
+        text.append_text(status_text(run.status))
+        if run.termination_reason and str(run.termination_reason) != str(run.status):
+            text.append(" (")
+            text.append_text(reason_text(run.termination_reason))
+            text.append(")")
+        if run.error:
+            text.append("  " + clip(run.error, 60))
+        return text
+
+    if not runs:
+        return
+    root = Tree(label(runs[0]))
+    nodes = {runs[0].id: root}
+    for run in runs[1:]:
+        parent = nodes.get(str(run.parent_id))
+        if parent is not None:
+            nodes[run.id] = parent.add(label(run))
+    out.print(root)
 
 
 # A step's result or error in the steps table, clipped; `status --json` has it whole.

@@ -349,6 +349,9 @@ def build(handlers: dict[str, Handler]) -> Parser:
     p.add_argument(
         "--until", type=duration, metavar="DURATION", help="only runs created before, e.g. 30m"
     )
+    tree = p.add_mutually_exclusive_group()
+    tree.add_argument("--parent", metavar="RUN", help="only the child runs of this run")
+    tree.add_argument("--roots", action="store_true", help="only runs without a parent run")
     p.add_argument("--limit", type=limit_int, default=100, metavar="N", help="at most N runs")
     p.add_argument("--json", action="store_true", help="a JSON array of run objects")
 
@@ -379,9 +382,15 @@ def build(handlers: dict[str, Handler]) -> Parser:
     p = command("models", "every model: its limits, calls in flight and circuit")
     p.add_argument("--json", action="store_true", help="a JSON array of model objects")
 
-    p = command("status", "one run")
-    p.add_argument("run_id", metavar="RUN", help="the run's id")
-    p.add_argument("--json", action="store_true", help="the run as a JSON object")
+    for name in ("status", "show"):
+        p = command(name, "one run" + (" (the same as status)" if name == "show" else ""))
+        p.add_argument("run_id", metavar="RUN", help="the run's id")
+        p.add_argument(
+            "--tree",
+            action="store_true",
+            help="the run and its child runs, theirs too, with their statuses",
+        )
+        p.add_argument("--json", action="store_true", help="the run as a JSON object")
 
     p = command("events", "a run's events")
     p.add_argument("run_id", metavar="RUN", help="the run's id")
@@ -508,7 +517,7 @@ def build(handlers: dict[str, Handler]) -> Parser:
         "--points",
         metavar="LIST",
         help="comma-separated kinds: step, write-before, write-after, write-timeout, waiting, "
-        "resume, drain (default: all)",
+        "resume, drain, child (default: all)",
     )
     p.add_argument(
         "--deciders",

@@ -26,6 +26,7 @@ from tenure.store._records import (
     NO_USAGE,
     Budget,
     BudgetGrant,
+    ChildState,
     Claimed,
     ForkState,
     Grant,
@@ -49,6 +50,7 @@ __all__ = [
     "NO_USAGE",
     "Budget",
     "BudgetGrant",
+    "ChildState",
     "Claimed",
     "ForkState",
     "Grant",
@@ -270,13 +272,32 @@ class Store(Protocol):
         """The run's first event (its `request`), or None for an unknown run."""
         ...
 
+    def wait_for_children(
+        self, lease: Lease, children: Sequence[str], request: str | None
+    ) -> list[int] | bool | None:
+        """SPEC §21: the owner's run waits for `children` (its own), without a lease, while
+        one of them is not terminal. None: the lease is not held; False: all of them are
+        terminal already (the run is still the owner's, running); else the sequences."""
+
+    def children_of(self, parent: str, ids: Sequence[str]) -> list[ChildState]:
+        """The state of `parent`'s children among `ids`."""
+
+    def tree(self, run_id: str, limit: int = 1000) -> list[Run]:
+        """The run and its descendants, parents before children (at most `limit`)."""
+
     def runs(
         self,
         status: RunStatus | None = None,
         reason: TerminationReason | None = None,
         queue: str | None = None,
         limit: int = 100,
-    ) -> list[Run]: ...
+        *,
+        parent: str | None = None,
+        roots: bool = False,
+    ) -> list[Run]:
+        """Runs, newest first; `parent`: only that run's children; `roots`: only runs
+        without a parent (SPEC §21)."""
+        ...
 
     def search_runs(
         self,
@@ -287,6 +308,9 @@ class Store(Protocol):
         reason: TerminationReason | None = None,
         queue: str | None = None,
         limit: int = 100,
+        *,
+        parent: str | None = None,
+        roots: bool = False,
     ) -> list[Run]:
         """Runs whose request's metadata holds every key of `metadata` with that value,
         created between `since` and `until` seconds ago (None: unbounded), newest first."""
@@ -299,6 +323,9 @@ class Store(Protocol):
         reason: TerminationReason | None = None,
         queue: str | None = None,
         limit: int = 100,
+        *,
+        parent: str | None = None,
+        roots: bool = False,
     ) -> list[Run]:
         """The runs that follow run `after` in the order of `runs` (a cursor page); none
         when that run no longer exists."""

@@ -135,6 +135,7 @@ class Maintenance(SQLBase):
 
     def redrive(self, run_id: str, force: bool) -> bool:
         def tx(cur: Cursor) -> bool:
+            cur.execute(self._q["lock_parent"], {"id": run_id}).fetchall()
             fence = cur.execute(self._q["fence_of"], {"id": run_id}).fetchone()
             params = {"id": run_id, "force": force, "n": 1}
             row = cur.execute(self._q["redrive"], params).fetchone()

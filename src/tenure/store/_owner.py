@@ -14,7 +14,7 @@ from tenure._types import (
     ToolEffect,
     Usage,
 )
-from tenure.store._base import NO_USAGE, Claimed, Lease, NewEvent, NewRun, Settlement
+from tenure.store._base import NO_USAGE, ChildState, Claimed, Lease, NewEvent, NewRun, Settlement
 from tenure.store._sqlbase import (
     Cursor,
     SQLBase,
@@ -46,6 +46,8 @@ class OwnerTransitions(SQLBase):
                         "idempotency_key": run.idempotency_key,
                         "delay": run.delay,
                         "last_sequence": len(run.events) - 1,
+                        "parent_id": run.parent_id,
+                        "root_id": run.root_id,
                     },
                 )
                 # No row inserted (by the statement's count: SQLite's enqueue has no
@@ -325,6 +327,35 @@ class OwnerTransitions(SQLBase):
                 )
             )
         return out
+
+    def wait_for_children(
+        self, lease: Lease, children: Sequence[str], request: str | None
+    ) -> list[int] | bool | None:
+        waiting = dumps({"kind": "children", "children": list(children)})
+        params = {
+            **self._lease_params(lease),
+            "waiting": waiting,
+            "children": dumps(list(children)),
+            "request": request,
+        }
+        event = lifecycle(EventKind.WAITING, children=list(children))
+
+        def tx(cur: Cursor) -> list[int] | bool | None:
+            if cur.execute(self._q["held"], params).fetchone() is None:
+                return None
+            sequences = self._guarded_in(
+                cur, "wait_for_children", params, lease.run_id, [event], lease
+            )
+            # Still held (the row is ours until this commits): every child it waits for
+            # is terminal already.
+            return False if sequences is None else sequences
+
+        result: list[int] | bool | None = self._write(tx)
+        return result
+
+    def children_of(self, parent: str, ids: Sequence[str]) -> list[ChildState]:
+        rows = self._read(self._q["children_of"], {"parent": parent, "ids": dumps(list(ids))})
+        return [ChildState(*row) for row in rows]
 
     def suspend(
         self,

@@ -17,6 +17,9 @@ from tenure.store._records import ForkState
 from tenure.store._rows import event_from_row, run_from_row
 from tenure.store._sqlbase import SQLBase
 
+# How deep a tree is read: a bound on the recursive read, far beyond any real tree.
+MAX_TREE_DEPTH = 100
+
 
 class Reads(SQLBase):
     def waiting_of(self, run_id: str) -> tuple[RunStatus, dict[str, Any] | None] | None:
@@ -41,6 +44,10 @@ class Reads(SQLBase):
         return ForkState(
             RunStatus(status), int(last), ToolEffect(fence) if fence else None, bool(probe), call
         )
+
+    def tree(self, run_id: str, limit: int = 1000) -> list[Run]:
+        params = {"id": run_id, "limit": limit, "max_depth": MAX_TREE_DEPTH}
+        return [run_from_row(row, self._time) for row in self._read(self._q["tree"], params)]
 
     def run_status(self, run_id: str) -> RunStatus | None:
         rows = self._read(self._q["run_status"], {"id": run_id})
@@ -70,8 +77,11 @@ class Reads(SQLBase):
         reason: TerminationReason | None = None,
         queue: str | None = None,
         limit: int = 100,
+        *,
+        parent: str | None = None,
+        roots: bool = False,
     ) -> list[Run]:
-        params = _filters(status, reason, queue, limit)
+        params = _filters(status, reason, queue, limit, parent, roots)
         return [run_from_row(row, self._time) for row in self._read(self._q["runs"], params)]
 
     def search_runs(
@@ -83,9 +93,12 @@ class Reads(SQLBase):
         reason: TerminationReason | None = None,
         queue: str | None = None,
         limit: int = 100,
+        *,
+        parent: str | None = None,
+        roots: bool = False,
     ) -> list[Run]:
         params = {
-            **_filters(status, reason, queue, limit),
+            **_filters(status, reason, queue, limit, parent, roots),
             "meta": None if not metadata else _json.dumps(metadata),
             "since": since,
             "until": until,
@@ -100,8 +113,11 @@ class Reads(SQLBase):
         reason: TerminationReason | None = None,
         queue: str | None = None,
         limit: int = 100,
+        *,
+        parent: str | None = None,
+        roots: bool = False,
     ) -> list[Run]:
-        params = {"after": after, **_filters(status, reason, queue, limit)}
+        params = {"after": after, **_filters(status, reason, queue, limit, parent, roots)}
         rows = self._read(self._q["runs_after"], params)
         return [run_from_row(row, self._time) for row in rows]
 
@@ -113,7 +129,12 @@ class Reads(SQLBase):
 
 
 def _filters(
-    status: RunStatus | None, reason: TerminationReason | None, queue: str | None, limit: int
+    status: RunStatus | None,
+    reason: TerminationReason | None,
+    queue: str | None,
+    limit: int,
+    parent: str | None = None,
+    roots: bool = False,
 ) -> dict[str, Any]:
     """The parameters of a listing's filters (None: any)."""
     return {
@@ -121,6 +142,8 @@ def _filters(
         "reason": str(reason) if reason else None,
         "queue": queue,
         "limit": limit,
+        "parent": parent,
+        "roots": bool(roots),
     }
 
 

@@ -32,6 +32,17 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class ChildState:
+    """What a parent reads of one child it waits for (SPEC §21)."""
+
+    id: str
+    status: str
+    reason: str
+    error: str
+    output: str | None
+
+
+@dataclass(frozen=True)
 class Claimed:
     lease: Lease
     request: str | None  # raw JSON as stored; parsing it is the runtime's job
@@ -62,6 +73,8 @@ class NewRun:
     idempotency_key: str | None
     delay: float = 0.0
     events: Sequence[NewEvent] = ()
+    parent_id: str | None = None  # a child run's parent, and the root of its tree (SPEC §21)
+    root_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,8 @@ def run_from_row(row: Sequence[Any], time: Time) -> Run:
         fence_probe,
         forked_from_id,
         forked_from_sequence,
+        parent_id,
+        root_id,
         request,
     ) = row
     r = _Reader(time)
@@ -142,6 +144,8 @@ def run_from_row(row: Sequence[Any], time: Time) -> Run:
         forked_from=r.field(
             "forked_from", _forked_from, (forked_from_id, forked_from_sequence), None
         ),
+        parent_id=parent_id,
+        root_id=root_id,
         damaged=r.damaged,
     )
 

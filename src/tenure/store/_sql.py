@@ -36,6 +36,9 @@ RUN_COLUMNS = (
     "fence_probe",
     "forked_from_id",
     "forked_from_sequence",
+    "parent_id",
+    # A run without a parent is the root of its own tree (SPEC §21).
+    "COALESCE(root_id, id)",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)

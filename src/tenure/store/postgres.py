@@ -319,6 +319,8 @@ class PostgresStore(SQLStore):
             "idempotency_key": run.idempotency_key,
             "delay": run.delay,
             "last_sequence": len(run.events) - 1,
+            "parent_id": run.parent_id,
+            "root_id": run.root_id,
         }
         if _request_only(run):
             sql = Q["enqueue_with_request"]

@@ -113,6 +113,9 @@ class SQLiteStore(SQLStore):
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
             conn.execute("PRAGMA foreign_keys = ON")
+            # A run that ends cancels its children by a trigger, whose updates must fire it
+            # again for their own children (SPEC §21).
+            conn.execute("PRAGMA recursive_triggers = ON")
         except sqlite3.Error as exc:
             raise DatabaseUnavailable(f"cannot open database {self.path!r}: {exc}") from exc
         if str(mode).lower() != "wal":

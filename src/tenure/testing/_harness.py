@@ -19,6 +19,7 @@ from tenure._errors import InvalidRequest
 from tenure.audit import audit
 from tenure.testing._cases import REFERENCE, Case, Options, Point, Runner
 from tenure.testing._hooks import (
+    CHILD,
     DRAIN,
     POINT_KINDS,
     RESUME,
@@ -81,7 +82,7 @@ def points_of(trace: Path, kinds: Sequence[str]) -> list[Point]:
             found.append(Point(WRITE_TIMEOUT, target, rest[0]))
         elif kind == STEP:
             found.append(Point(kind, target, step=rest[0] if rest else ""))
-        elif kind in (WAITING, RESUME):
+        elif kind in (WAITING, RESUME, CHILD):
             found.append(Point(kind, target))
     if first_step is not None:
         found.append(Point(DRAIN, first_step))

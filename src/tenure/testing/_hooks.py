@@ -39,7 +39,10 @@ WRITE_TIMEOUT = "write-timeout"
 WAITING = "waiting"
 RESUME = "resume"  # the decision on turn (position) TARGET was claimed to continue the run
 DRAIN = "drain"  # SIGTERM after the commit of event TARGET; SIGKILL during the grace
-POINT_KINDS = (STEP, WRITE_BEFORE, WRITE_AFTER, WRITE_TIMEOUT, WAITING, RESUME, DRAIN)
+# An agent function's child run (SPEC §21) at POSITION TARGET was created (committed); the
+# step that records it is not yet.
+CHILD = "child"
+POINT_KINDS = (STEP, WRITE_BEFORE, WRITE_AFTER, WRITE_TIMEOUT, WAITING, RESUME, DRAIN, CHILD)
 # A drain that has not died at the next commit dies this long after its SIGTERM.
 DRAIN_KILL_AFTER = 0.5
 # A held write's answer comes this long after its timeout (never, as far as the step knows).
@@ -117,6 +120,15 @@ class Hooks:
         if self._timed_out and won is not None and won is not False:
             die()
 
+    def children(self, runs: Sequence[Any]) -> None:
+        for run in runs:
+            if run.parent_id is None or run.idempotency_key is None:
+                continue
+            position = run.idempotency_key.removeprefix(f"{run.parent_id}:")
+            self._note(CHILD, position)
+            if self._at(CHILD, position):
+                die()
+
     def suspended(self, waiting: dict[str, Any]) -> None:
         turn = str(waiting.get("turn"))
         self._note(WAITING, turn)
@@ -156,6 +168,11 @@ class HookedStore:
         sequences = self._store.record_step(lease, lease_seconds, events, *args)
         self._hooks.committed(sequences, list(events))
         return sequences
+
+    def enqueue_many(self, runs: Any) -> Any:
+        created = self._store.enqueue_many(runs)
+        self._hooks.children(runs)
+        return created
 
     def clear_fence(self, lease: Any, lease_seconds: Any, event: Any) -> Any:
         sequence = self._store.clear_fence(lease, lease_seconds, event)

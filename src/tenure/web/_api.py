@@ -202,11 +202,15 @@ def list_runs(
     cursor: Annotated[
         str | None, Query(pattern=RUN_ID_PATTERN, description="next_cursor of the page before")
     ] = None,
+    parent: Annotated[
+        str | None, Query(pattern=RUN_ID_PATTERN, description="only this run's child runs")
+    ] = None,
+    roots: Annotated[bool, Query(description="only runs without a parent run")] = False,
     reveal: Reveal = False,
 ) -> dict[str, Any]:
     reveal = revealing(request, reveal)
     web = web_of(request)
-    runs, next_cursor = web.page(status, reason, queue, limit, cursor)
+    runs, next_cursor = web.page(status, reason, queue, limit, cursor, parent, roots)
     calls = web.agent_calls(runs)
     return {
         "runs": [_views.run_json(r, reveal=reveal, call=calls[r.id]) for r in runs],
@@ -261,6 +265,8 @@ def get_run(request: Request, run_id: RunId, caller: Reader, reveal: Reveal = Fa
     data = _views.run_json(run, reveal=reveal, call=web.agent_call(run_id))
     budget = web.runtime.budget(run_id)  # its tree's (SPEC §21)
     data["budget"] = None if budget is None else budget.to_json()
+    # The tree the run is part of (SPEC §21), from its root: each run's id, parent, status.
+    data["tree"] = _views.tree_json(web.tree(run))
     return data
 
 

@@ -118,6 +118,7 @@ _ACTIVE = (
     RunStatus.RUNNING,
     RunStatus.WAITING_FOR_APPROVAL,
     RunStatus.WAITING_FOR_INPUT,
+    RunStatus.WAITING_FOR_CHILDREN,
 )
 
 

@@ -333,11 +333,13 @@ def run_page(request: Request, run_id: RunId, reveal: bool = False) -> Response:
         calls = web.held_calls(run_id, caller, reveal=reveal)
         context = web.held_context(run_id, caller, reveal=reveal)
     call = agent_call(events[0]) if events else None
+    tree = web.tree(run)
     return render(
         request,
         "run.html",
         run=run,
         call=call,
+        tree=_views.tree_rows(tree) if len(tree) > 1 else [],
         data=_views.run_json(run, reveal=reveal, call=call),
         budget=web.runtime.budget(run_id),
         agent_steps=_views.step_rows(events, reveal=reveal) if call is not None else [],

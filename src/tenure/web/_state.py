@@ -28,6 +28,8 @@ audit = logging.getLogger("tenure.web.audit")
 # A bulk redrive handles at most this many runs per request.
 MAX_BULK_REDRIVE = 500
 LEASES_SHOWN = 1000
+# The runs of a tree a run page and the API show (SPEC §21).
+TREE_LIMIT = 500
 # The workers view: the rows of this many workers, the most recently seen first.
 WORKERS_SHOWN = 200
 # The queue panel, the workers view and id search read at most this many runs per status
@@ -43,6 +45,7 @@ _ACTIVE = (
     RunStatus.RUNNING,
     RunStatus.WAITING_FOR_APPROVAL,
     RunStatus.WAITING_FOR_INPUT,
+    RunStatus.WAITING_FOR_CHILDREN,
 )
 
 
@@ -81,6 +84,11 @@ class Web:
             raise NotFound(run_id)
         return run
 
+    def tree(self, run: Run) -> list[Run]:
+        """The tree `run` is part of (SPEC §21), from its root: parents before children,
+        at most TREE_LIMIT runs."""
+        return self.store.tree(run.root_id or run.id, TREE_LIMIT)
+
     def page(
         self,
         status: RunStatus | None,
@@ -88,17 +96,22 @@ class Web:
         queue: str | None,
         limit: int,
         cursor: str | None,
+        parent: str | None = None,
+        roots: bool = False,
     ) -> tuple[list[Run], str | None]:
-        """One page of runs, newest first, and the cursor of the next page (None at the end).
+        """One page of runs, newest first, and the cursor of the next page (None at the end);
+        `parent`: only that run's children, `roots`: only runs without a parent (SPEC §21).
 
         One more run than asked for is read, so the last page says it is the last.
         """
         if cursor:
-            found = self.store.runs_after(cursor, status, reason, queue, limit + 1)
+            found = self.store.runs_after(
+                cursor, status, reason, queue, limit + 1, parent=parent, roots=roots
+            )
             if not found and self.runtime.status(cursor) is None:
                 raise HTTPException(400, "the cursor's run no longer exists: start again")
         else:
-            found = self.runtime.runs(status, reason, queue, limit + 1)
+            found = self.runtime.runs(status, reason, queue, limit + 1, parent=parent, roots=roots)
         runs = found[:limit]
         more = len(found) > limit
         return runs, (runs[-1].id if more and runs else None)

@@ -12,7 +12,7 @@ what it does, so their arguments are shown unless the tool is declared `sensitiv
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -163,6 +163,36 @@ def run_json(run: Run, *, reveal: bool, call: AgentCall | None = None) -> dict[s
         if data.get("waiting") is not None:
             data["waiting"] = _hide_waiting(data["waiting"])
     return data
+
+
+def tree_json(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """A tree of runs (SPEC §21), parents before children: what each node shows."""
+    return [
+        {
+            "id": r.id,
+            "parent_id": r.parent_id,
+            "status": str(r.status),
+            "termination_reason": str(r.termination_reason or ""),
+        }
+        for r in runs
+    ]
+
+
+def tree_rows(runs: Sequence[Run]) -> list[tuple[Run, int]]:
+    """A tree of runs (parents before children) in the order it is drawn, each with its
+    depth: every run directly above its own children."""
+    if not runs:
+        return []
+    children: dict[str, list[Run]] = {}
+    for r in runs[1:]:
+        children.setdefault(str(r.parent_id), []).append(r)
+    rows: list[tuple[Run, int]] = []
+    stack = [(runs[0], 0)]
+    while stack:
+        run, depth = stack.pop()
+        rows.append((run, depth))
+        stack.extend((c, depth + 1) for c in reversed(children.get(run.id, [])))
+    return rows
 
 
 # -- the calls a waiting run holds -------------------------------------------------------------

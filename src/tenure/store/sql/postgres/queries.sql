@@ -48,9 +48,10 @@ SELECT pg_xact_status(%(xid)s::xid8);
 -- name: enqueue
 -- A queued run; a taken idempotency key inserts nothing.
 INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
-                         last_sequence, created_at, updated_at)
+                         last_sequence, created_at, updated_at, parent_id, root_id)
 VALUES (%(id)s, %(queue)s, 'queued', %(request)s, %(idempotency_key)s,
-        {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now})
+        {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now},
+        %(parent_id)s, %(root_id)s)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, CASE WHEN %(delay)s <= 0 THEN pg_notify('tenure_runs', queue) END;
 
@@ -383,7 +384,9 @@ RETURNING last_sequence, attempt, lease_token;
 SELECT pending_effect, fence_probe FROM tenure_runs WHERE id = %(id)s FOR UPDATE;
 
 -- name: redrive
--- A dead-letter with its request back to the queue, with a fresh budget. A standing
+-- A dead-letter with its request back to the queue, with a fresh budget. A child run only
+-- while its parent has not ended (SPEC §21: a child never runs on under an ended parent;
+-- the parent is locked first, by lock_parent). A standing
 -- non-idempotent fence refuses unless forced: resuming would repeat that write.
 UPDATE tenure_runs
    SET status = 'queued', termination_reason = '', requeue_count = 0,
@@ -395,6 +398,9 @@ UPDATE tenure_runs
    AND termination_reason IN ('retries_exhausted', 'not_retryable')
    AND request IS NOT NULL
    AND (%(force)s OR pending_effect <> 'non_idempotent_write' OR fence_probe)
+   AND (parent_id IS NULL OR EXISTS (SELECT 1 FROM tenure_runs AS p
+                                      WHERE p.id = tenure_runs.parent_id
+                                        AND p.status NOT IN ('completed', 'failed', 'cancelled')))
 RETURNING last_sequence, attempt, lease_token, pg_notify('tenure_runs', queue);
 
 -- name: fork_state
@@ -492,6 +498,8 @@ SELECT {run_columns}, NULL FROM tenure_runs
  WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
    AND (%(reason)s::text IS NULL OR termination_reason = %(reason)s::text)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+   AND (%(parent)s::text IS NULL OR parent_id = %(parent)s::text)
+   AND (NOT %(roots)s OR parent_id IS NULL)
  ORDER BY created_at DESC, id
  LIMIT %(limit)s;
 
@@ -505,6 +513,8 @@ SELECT {run_columns}, NULL FROM tenure_runs
  WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
    AND (%(reason)s::text IS NULL OR termination_reason = %(reason)s::text)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+   AND (%(parent)s::text IS NULL OR parent_id = %(parent)s::text)
+   AND (NOT %(roots)s OR parent_id IS NULL)
    AND (%(since)s::float8 IS NULL
         OR created_at >= {now} - make_interval(secs => %(since)s::float8))
    AND (%(until)s::float8 IS NULL
@@ -586,6 +596,8 @@ SELECT {run_columns}, NULL FROM tenure_runs
  WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
    AND (%(reason)s::text IS NULL OR termination_reason = %(reason)s::text)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+   AND (%(parent)s::text IS NULL OR parent_id = %(parent)s::text)
+   AND (NOT %(roots)s OR parent_id IS NULL)
    AND EXISTS (SELECT 1 FROM tenure_runs AS cursor_run
                 WHERE cursor_run.id = %(after)s
                   AND (tenure_runs.created_at < cursor_run.created_at
@@ -637,9 +649,10 @@ SELECT pending_effect, fence_call, fence_probe FROM tenure_runs WHERE id = %(id)
 -- earlier try of this same statement committed and its answer was lost).
 WITH run AS (
     INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
-                             last_sequence, created_at, updated_at)
+                             last_sequence, created_at, updated_at, parent_id, root_id)
     VALUES (%(id)s, %(queue)s, 'queued', %(request)s, %(idempotency_key)s,
-            {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now})
+            {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now},
+            %(parent_id)s, %(root_id)s)
     ON CONFLICT DO NOTHING
     RETURNING id, queue
 )
@@ -1005,3 +1018,62 @@ UPDATE tenure_budgets
 
 -- name: drop_budget_reservation
 DELETE FROM tenure_budget_reservations WHERE id = %(id)s;
+
+-- name: held
+-- Whether the owner still holds the run under its lease; locks its row until the
+-- transaction ends (the wait below reads the children only after this lock is held: a
+-- child settling now either locked the parent first, and this transaction then reads it
+-- settled, or waits for this one, and then finds the parent waiting and wakes it).
+SELECT 1 FROM tenure_runs
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s AND lease_expires >= {now}
+   FOR UPDATE;
+
+-- name: wait_for_children
+-- SPEC §21: the owner's agent function waits for children (%(children)s, a JSON array;
+-- also in %(waiting)s, what the row shows and its children's trigger reads): no
+-- lease and no slot while it waits. Only while one of them is not terminal yet: the child
+-- that settles last wakes the parent (trigger tenure_runs_ended) in its own transaction,
+-- and a child that settled before this write leaves the parent running, so that it goes
+-- on at once; never a parent asleep with nothing left to wake it. Run after `held` in the
+-- same transaction, as its own statement: it reads the children with a snapshot taken
+-- after the parent's row was locked. An interactive run stores its request now.
+UPDATE tenure_runs
+   SET status = 'waiting_for_children', claimed_by = '', lease_expires = NULL,
+       pending_effect = '', fence_call = NULL, fence_probe = false,
+       request = COALESCE(request, %(request)s::text), waiting = %(waiting)s, decision = NULL,
+       wait_deadline = NULL, last_sequence = last_sequence + %(n)s, updated_at = {now}
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s AND lease_expires >= {now}
+   AND EXISTS (SELECT 1 FROM json_array_elements_text(%(children)s::json) AS w(id)
+                 JOIN tenure_runs AS c ON c.id = w.id
+                WHERE c.parent_id = %(id)s
+                  AND c.status NOT IN ('completed', 'failed', 'cancelled'))
+RETURNING last_sequence, attempt, lease_token;
+
+-- name: children_of
+-- What a parent reads of the children it waits for (%(ids)s, a JSON array), only its own.
+SELECT c.id, c.status, c.termination_reason, c.error, c.output
+  FROM json_array_elements_text(%(ids)s::json) AS w(id)
+  JOIN tenure_runs AS c ON c.id = w.id
+ WHERE c.parent_id = %(parent)s;
+
+-- name: tree
+-- A run and all its descendants (SPEC §21), parents before children.
+WITH RECURSIVE tree(id, depth) AS (
+    SELECT id, 0 FROM tenure_runs WHERE id = %(id)s
+    UNION ALL
+    SELECT c.id, tree.depth + 1 FROM tenure_runs AS c JOIN tree ON c.parent_id = tree.id
+     WHERE tree.depth < %(max_depth)s
+)
+SELECT {run_columns}, NULL FROM tenure_runs JOIN tree USING (id)
+ ORDER BY tree.depth, created_at, id
+ LIMIT %(limit)s;
+
+-- name: lock_parent
+-- The parent of run %(id)s, read (on PostgreSQL locked) before a redrive of that run decides on
+-- it: the parent's own end, which cancels its children, then waits for the redrive and
+-- finds the child queued again, or the redrive waits and finds the parent ended.
+SELECT p.id FROM tenure_runs AS p
+ WHERE p.id = (SELECT c.parent_id FROM tenure_runs AS c WHERE c.id = %(id)s)
+   FOR UPDATE;

@@ -15,9 +15,9 @@ SELECT {now};
 -- partial: the conflict target names its condition). The caller reads the count of rows
 -- inserted.
 INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
-                         last_sequence, created_at, updated_at)
+                         last_sequence, created_at, updated_at, parent_id, root_id)
 VALUES (:id, :queue, 'queued', :request, :idempotency_key, {now} + :delay,
-        :last_sequence, {now}, {now})
+        :last_sequence, {now}, {now}, :parent_id, :root_id)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
 -- name: find_by_idempotency_key
@@ -288,7 +288,9 @@ RETURNING last_sequence, attempt, lease_token;
 SELECT pending_effect, fence_probe FROM tenure_runs WHERE id = :id;
 
 -- name: redrive
--- A dead-letter with its request back to the queue, with a fresh budget. A standing
+-- A dead-letter with its request back to the queue, with a fresh budget. A child run only
+-- while its parent has not ended (SPEC §21: a child never runs on under an ended parent;
+-- the parent is locked first, by lock_parent). A standing
 -- non-idempotent fence refuses unless forced: resuming would repeat that write.
 UPDATE tenure_runs
    SET status = 'queued', termination_reason = '', requeue_count = 0,
@@ -300,6 +302,9 @@ UPDATE tenure_runs
    AND termination_reason IN ('retries_exhausted', 'not_retryable')
    AND request IS NOT NULL
    AND (:force OR pending_effect <> 'non_idempotent_write' OR fence_probe)
+   AND (parent_id IS NULL OR EXISTS (SELECT 1 FROM tenure_runs AS p
+                                      WHERE p.id = tenure_runs.parent_id
+                                        AND NOT (p.status = 'completed' OR p.status = 'failed' OR p.status = 'cancelled')))
 RETURNING last_sequence, attempt, lease_token;
 
 -- name: fork_state
@@ -391,6 +396,8 @@ SELECT {run_columns}, NULL FROM tenure_runs
  WHERE (:status IS NULL OR status = :status)
    AND (:reason IS NULL OR termination_reason = :reason)
    AND (:queue IS NULL OR queue = :queue)
+   AND (:parent IS NULL OR parent_id = :parent)
+   AND (NOT :roots OR parent_id IS NULL)
  ORDER BY created_at DESC, id
  LIMIT :limit;
 
@@ -404,6 +411,8 @@ SELECT {run_columns}, NULL FROM tenure_runs
  WHERE (:status IS NULL OR status = :status)
    AND (:reason IS NULL OR termination_reason = :reason)
    AND (:queue IS NULL OR queue = :queue)
+   AND (:parent IS NULL OR parent_id = :parent)
+   AND (NOT :roots OR parent_id IS NULL)
    AND (:since IS NULL OR created_at >= {now} - :since)
    AND (:until IS NULL OR created_at < {now} - :until)
    AND (:meta IS NULL OR EXISTS (
@@ -486,6 +495,8 @@ SELECT {run_columns}, NULL FROM tenure_runs
  WHERE (:status IS NULL OR status = :status)
    AND (:reason IS NULL OR termination_reason = :reason)
    AND (:queue IS NULL OR queue = :queue)
+   AND (:parent IS NULL OR parent_id = :parent)
+   AND (NOT :roots OR parent_id IS NULL)
    AND EXISTS (SELECT 1 FROM tenure_runs AS cursor_run
                 WHERE cursor_run.id = :after
                   AND (tenure_runs.created_at < cursor_run.created_at
@@ -834,3 +845,61 @@ UPDATE tenure_budgets
 
 -- name: drop_budget_reservation
 DELETE FROM tenure_budget_reservations WHERE id = :id;
+
+-- name: held
+-- Whether the owner still holds the run under its lease (after a guarded write matched no
+-- row: was it the guard's lease, or another of its conditions?).
+SELECT 1 FROM tenure_runs
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND lease_expires >= {now};
+
+-- name: wait_for_children
+-- SPEC §21: the owner's agent function waits for children (:children, a JSON array; also
+-- in :waiting, what the row shows and its children's trigger reads): no lease
+-- and no slot while it waits. Only while one of them is not terminal yet: the child that
+-- settles last wakes the parent (trigger tenure_runs_wake_parent) in its own transaction,
+-- and a child that settled before this write leaves the parent running, so that it goes
+-- on at once; never a parent asleep with nothing left to wake it. (SQLite has one writer at
+-- a time: the children read here cannot change before this commits.) An interactive run
+-- stores its request now, so that any worker can continue it.
+UPDATE tenure_runs
+   SET status = 'waiting_for_children', claimed_by = '', lease_expires = NULL,
+       pending_effect = '', fence_call = NULL, fence_probe = 0,
+       request = COALESCE(request, :request), waiting = :waiting, decision = NULL,
+       wait_deadline = NULL, last_sequence = last_sequence + :n, updated_at = {now}
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner
+   AND lease_token = :token AND lease_expires >= {now}
+   AND EXISTS (SELECT 1 FROM json_each(:children) AS w
+                 JOIN tenure_runs AS c ON c.id = w.value
+                WHERE c.parent_id = :id
+                  AND NOT (c.status = 'completed' OR c.status = 'failed'
+                           OR c.status = 'cancelled'))
+RETURNING last_sequence, attempt, lease_token;
+
+-- name: children_of
+-- What a parent reads of the children it waits for (:ids, a JSON array), only its own.
+-- CROSS JOIN: the ids first, each child by its key; joined the other way round SQLite reads
+-- the parent's children by parent_id and scans the whole list for each (N² for N children).
+SELECT c.id, c.status, c.termination_reason, c.error, c.output
+  FROM json_each(:ids) AS w
+ CROSS JOIN tenure_runs AS c ON c.id = w.value
+ WHERE c.parent_id = :parent;
+
+-- name: tree
+-- A run and all its descendants (SPEC §21), parents before children.
+WITH RECURSIVE tree(id, depth) AS (
+    SELECT id, 0 FROM tenure_runs WHERE id = :id
+    UNION ALL
+    SELECT c.id, tree.depth + 1 FROM tenure_runs AS c JOIN tree ON c.parent_id = tree.id
+     WHERE tree.depth < :max_depth
+)
+SELECT {run_columns}, NULL FROM tenure_runs JOIN tree USING (id)
+ ORDER BY tree.depth, created_at, id
+ LIMIT :limit;
+
+-- name: lock_parent
+-- The parent of run :id, read (on PostgreSQL locked) before a redrive of that run decides on
+-- it: the parent's own end, which cancels its children, then waits for the redrive and
+-- finds the child queued again, or the redrive waits and finds the parent ended.
+SELECT p.id FROM tenure_runs AS p
+ WHERE p.id = (SELECT c.parent_id FROM tenure_runs AS c WHERE c.id = :id);
