@@ -897,3 +897,19 @@ SELECT queue, paused_at, paused_by FROM tenure_paused_queues ORDER BY queue;
 SELECT queue, status, COUNT(*) FROM tenure_runs
  WHERE status IN ('queued', 'running', 'waiting_for_approval', 'waiting_for_input')
  GROUP BY queue, status;
+
+-- name: queue_totals
+-- Tokens and cost per queue of the runs that ended in the last %(window)s seconds and of
+-- the runs not yet ended (their spending so far). Bounded: ended runs are read through the
+-- index on finished_at from the window's start only, the others as queue_counts reads them,
+-- so a long history costs nothing here; nothing is added to the writes of a run's steps or
+-- of its settle. A redriven run has no finished_at again: it is counted once.
+SELECT queue, SUM(input_tokens), SUM(output_tokens), SUM(cost) FROM (
+    SELECT queue, input_tokens, output_tokens, cost FROM tenure_runs
+     WHERE finished_at IS NOT NULL
+       AND finished_at >= {now} - make_interval(secs => %(window)s::float8)
+    UNION ALL
+    SELECT queue, input_tokens, output_tokens, cost FROM tenure_runs
+     WHERE status IN ('queued', 'running', 'waiting_for_approval', 'waiting_for_input'))
+    AS spent
+ GROUP BY queue;
