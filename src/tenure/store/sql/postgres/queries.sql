@@ -423,11 +423,22 @@ SELECT run_id, sequence, attempt, kind, payload, created_at, lease_token
  ORDER BY sequence;
 
 -- name: journal
--- An agent function's replay (SPEC §20): kinds and payloads only, in order.
+-- An agent function's replay (SPEC §20): kinds and payloads only, in order, row by row
+-- (see journal_text).
 SELECT kind, payload
   FROM tenure_events
  WHERE run_id = %(id)s
  ORDER BY sequence;
+
+-- name: journal_text
+-- The same journal as one row: its payloads as one JSON array, as text (decoded by one
+-- call in the client, not one json.loads per event by the driver), its kinds and sequences
+-- as comma-separated lists.
+SELECT '[' || string_agg(payload::text, ',' ORDER BY sequence) || ']',
+       string_agg(kind, ',' ORDER BY sequence),
+       string_agg(sequence::text, ',' ORDER BY sequence)
+  FROM tenure_events
+ WHERE run_id = %(id)s;
 
 -- name: last_event
 -- A run's latest event: a running run's step in flight is the one after it.

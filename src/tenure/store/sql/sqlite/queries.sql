@@ -325,11 +325,23 @@ SELECT run_id, sequence, attempt, kind, payload, created_at, lease_token
  ORDER BY sequence;
 
 -- name: journal
--- An agent function's replay (SPEC §20): kinds and payloads only, in order.
+-- An agent function's replay (SPEC §20): kinds and payloads only, in order, row by row (a
+-- payload that is not JSON is one damaged event; see journal_text).
 SELECT kind, payload
   FROM tenure_events
  WHERE run_id = :id
  ORDER BY sequence;
+
+-- name: journal_text
+-- The same journal as one row: its payloads as one JSON array (decoded by one call, not one
+-- per event), its kinds and sequences as comma-separated lists. The order of group_concat
+-- follows the ordered subquery (an aggregate's subquery with ORDER BY is not flattened);
+-- the sequences are read back to check it. A payload that is not JSON makes the array
+-- unreadable: the journal is then read row by row.
+SELECT '[' || group_concat(payload, ',') || ']', group_concat(kind, ','),
+       group_concat(sequence, ',')
+  FROM (SELECT payload, kind, sequence FROM tenure_events
+         WHERE run_id = :id ORDER BY sequence);
 
 -- name: last_event
 -- A run's latest event: a running run's step in flight is the one after it.
