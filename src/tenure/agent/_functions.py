@@ -188,12 +188,13 @@ class StepLog:
                     FailureClass.CONFIGURATION,
                     f"the run's journal holds a damaged {kind} event: {p['_damaged']}",
                 )
-            if kind == "llm":
-                log.usage += Usage(**p.get("usage", {}))
-            elif kind == "approval" and "turn" in p:
-                log.approvals[p["turn"]] = p
-            elif kind == "input" and "turn" in p:
-                log.inputs[p["turn"]] = p
+            if kind in _NOTED:
+                if kind == "llm":
+                    log.usage += Usage(**p.get("usage", {}))
+                elif kind == "approval" and "turn" in p:
+                    log.approvals[p["turn"]] = p
+                elif kind == "input" and "turn" in p:
+                    log.inputs[p["turn"]] = p
             position = p.get("position")
             if position is not None and position not in steps:
                 # A replay builds one per recorded step: str() only for what is not one.
@@ -211,6 +212,10 @@ class StepLog:
     @property
     def last(self) -> int:
         return max(self.steps, default=-1)
+
+
+# The kinds of event a step log notes besides their steps.
+_NOTED = frozenset({"llm", "approval", "input"})
 
 
 def _hash(text: bytes) -> str:
@@ -242,7 +247,7 @@ def digest(value: Any) -> str:
         text = json.dumps(
             _json.json_safe(value), sort_keys=True, default=str, separators=(",", ":")
         ).encode()
-    return _hash(text)
+    return _short_hash(text) if len(text) <= _MEMO_TEXT else _hash(text)
 
 
 class TranscriptDigest:
