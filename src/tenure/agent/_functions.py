@@ -264,7 +264,7 @@ class TranscriptDigest:
         self._hashed = b""  # the transcript's text hashed so far, without its closing "]"
         self._hasher: Any = None
 
-    def __call__(self, messages: list[Any], tools: list[str], options: dict[str, Any]) -> str:
+    def __call__(self, messages: list[Any], tools: list[Any], options: dict[str, Any]) -> str:
         try:
             text = orjson.dumps(messages, option=orjson.OPT_SORT_KEYS)
             rest = orjson.dumps({"options": options, "tools": tools}, option=orjson.OPT_SORT_KEYS)
