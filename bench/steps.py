@@ -202,87 +202,114 @@ def agent_request(k: int) -> RunRequest:
     )
 
 
-def drained(url: str, requests: list[RunRequest]) -> float:
+def drained(url: str, requests: list[RunRequest]) -> tuple[float, float]:
+    """Seconds to drain `requests`: wall and this process's CPU."""
     with tenure_runtime(url) as rt:
         rt.enqueue_many(requests)
     with tenure_runtime(url) as rt:
         rt.store  # noqa: B018
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         rt.work(concurrency=1, burst=True, poll_interval=0.01)
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         if len(rt.runs(status=RunStatus.COMPLETED, limit=len(requests) + 1)) != len(requests):
             sys.exit("steps: not every run completed")
-    return seconds
+    return seconds, cpu
 
 
-def replay_seconds(url: str, steps: int, runs: int) -> tuple[float, float]:
-    """Seconds per run for the segment that executes `steps` recorded read steps (then
-    fails, retryable), and for the next one, which replays them all and returns."""
+def replay_seconds(url: str, steps: int, runs: int) -> tuple[tuple[float, float], ...]:
+    """Seconds per run (wall, this process's CPU) for the segment that executes `steps`
+    recorded read steps (then fails, retryable), and for the next one, which replays them
+    all and returns."""
     # The first segments fail with a backoff of a millisecond: the replay is not delayed.
     with tenure_runtime(url, backoff_base=0.001, backoff_cap=0.001) as rt:
         ids = rt.enqueue_many(
             [RunRequest(agent="replayed", input={"steps": steps}) for _ in range(runs)]
         )
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for run_id in ids:
             rt.run_queued(run_id)
-        executed = (time.perf_counter() - started) / runs
+        executed = (
+            (time.perf_counter() - started) / runs,
+            (time.process_time() - cpu) / runs,
+        )
     time.sleep(0.01)
     with tenure_runtime(url) as rt:
         rt.store  # noqa: B018
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for run_id in ids:
             result = rt.run_queued(run_id)
             if result is None or result.outcome.value != "completed":
                 sys.exit(f"steps: a replayed run did not complete: {result}")
-        return executed, (time.perf_counter() - started) / runs
+        replayed = (
+            (time.perf_counter() - started) / runs,
+            (time.process_time() - cpu) / runs,
+        )
+    return executed, replayed
+
+
+WALL, CPU = 0, 1
 
 
 def agents_table(stores: list[tuple[str, Callable[[], str]]], runs: int, times: int) -> c.Table:
     """An agent function's step against the built-in loop's (the same tool, model and
-    steps), and the time to resume a run by replaying 10, 100 and 1,000 recorded steps."""
+    steps), and the time to resume a run by replaying 10, 100 and 1,000 recorded steps: wall
+    time, and this process's CPU time (the figure a loaded machine disturbs least; on
+    PostgreSQL it leaves out the server's)."""
     k, per_run = ASYNC_STEPS, steps_per_run(ASYNC_STEPS)
     table = c.Table(f"steps: agent functions, ms per step (k={k}, {runs} runs) and replay")
     for name, url_for in stores:
-        ms = {"loop": c.Series(), "agent": c.Series()}
+        ms = {(kind, clock): c.Series() for kind in ("loop", "agent") for clock in (WALL, CPU)}
         for _ in range(times):  # alternated: drift hits both alike
-            ms["loop"].add(drained(url_for(), [request(k)] * runs) / (runs * per_run) * 1000)
-            ms["agent"].add(drained(url_for(), [agent_request(k)] * runs) / (runs * per_run) * 1000)
-        table.add(f"tenure/{name}", "built-in loop step", ms["loop"], fmt=".3f")
+            for kind, asked in (("loop", request(k)), ("agent", agent_request(k))):
+                measured = drained(url_for(), [asked] * runs)
+                for clock in (WALL, CPU):
+                    ms[kind, clock].add(measured[clock] / (runs * per_run) * 1000)
+        for clock, label in ((WALL, ""), (CPU, ", CPU")):
+            table.add(f"tenure/{name}", f"built-in loop step{label}", ms["loop", clock], fmt=".3f")
+            table.add(
+                f"tenure/{name}",
+                f"agent function step{label}",
+                ms["agent", clock],
+                fmt=".3f",
+                baseline=ms["loop", clock],
+                note="tenure/peer = loop / agent; target >= 0.91x (agent <= 1.1x)",
+            )
+        replay_rows(table, name, url_for, max(1, runs // 10), times)
+    return table
+
+
+def replay_rows(
+    table: c.Table, name: str, url_for: Callable[[], str], replay_runs: int, times: int
+) -> None:
+    """Executing 10 steps against resuming by replaying 10, 100 and 1,000, alternated."""
+    executed = (c.Series(), c.Series())
+    replays = {(steps, clock): c.Series() for steps in REPLAY_STEPS for clock in (WALL, CPU)}
+    for _ in range(times):  # alternated: drift hits each size alike
+        for clock, value in enumerate(replay_seconds(url_for(), REPLAY_BASE, replay_runs)[0]):
+            executed[clock].add(value * 1000)
+        for steps in REPLAY_STEPS:
+            replayed = replay_seconds(url_for(), steps, replay_runs)[1]
+            for clock in (WALL, CPU):
+                replays[steps, clock].add(replayed[clock] * 1000)
+    for clock, label in ((WALL, ""), (CPU, ", CPU")):
         table.add(
             f"tenure/{name}",
-            "agent function step",
-            ms["agent"],
-            fmt=".3f",
-            baseline=ms["loop"],
-            note="tenure/peer = loop / agent; target >= 0.91x (agent <= 1.1x)",
-        )
-        replay_runs = max(1, runs // 10)
-        executed = c.Series()
-        for _ in range(times):
-            executed.add(replay_seconds(url_for(), REPLAY_BASE, replay_runs)[0] * 1000)
-        table.add(
-            f"tenure/{name}",
-            f"execute {REPLAY_BASE} steps",
-            executed,
+            f"execute {REPLAY_BASE} steps{label}",
+            executed[clock],
             fmt=".2f",
             note="ms per segment (then a retryable failure)",
         )
         for steps in REPLAY_STEPS:
-            replay = c.Series()
-            for _ in range(times):
-                replay.add(replay_seconds(url_for(), steps, replay_runs)[1] * 1000)
             last = steps == REPLAY_STEPS[-1]
             table.add(
                 f"tenure/{name}",
-                f"resume by replaying {steps} steps",
-                replay,
+                f"resume by replaying {steps} steps{label}",
+                replays[steps, clock],
                 fmt=".2f",
-                baseline=executed if last else None,
+                baseline=executed[clock] if last else None,
                 note="ms per segment"
                 + ("; tenure/peer = execute 10 / this; target >= 1x" if last else ""),
             )
-    return table
 
 
 def main() -> None:

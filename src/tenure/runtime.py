@@ -50,7 +50,7 @@ from tenure.store._base import (
     PausedQueue,
     Store,
 )
-from tenure.store._records import QueueState
+from tenure.store._records import NO_USAGE, QUEUE_TOTALS_WINDOW, QueueState
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DATABASE_URL = "sqlite:///tenure.db"
@@ -619,12 +619,21 @@ class Runtime:
     def paused_queues(self) -> list[PausedQueue]:
         return self.store.paused_queues()
 
-    def queues(self) -> list[QueueState]:
-        """Every queue that is paused or has runs not yet ended, by name: paused or not,
-        and its runs queued, running and waiting for a person."""
+    def queues(self, window: float = QUEUE_TOTALS_WINDOW) -> list[QueueState]:
+        """Every queue that is paused, has runs not yet ended or had runs end in the last
+        `window` seconds (default a day), by name: paused or not, its runs queued, running
+        and waiting for a person, and the tokens and cost of its runs not yet ended and of
+        those that ended in the window (an all-time sum would read the whole history)."""
+        if (
+            isinstance(window, bool)
+            or not isinstance(window, int | float)
+            or not 0 < window < float("inf")
+        ):
+            raise InvalidRequest(f"window must be a positive number of seconds, got {window!r}")
         counts = self.store.queue_counts()
+        totals = self.store.queue_totals(float(window))
         paused = {p.queue: p for p in self.store.paused_queues()}
-        names = sorted({q for q, _ in counts} | set(paused))
+        names = sorted({q for q, _ in counts} | set(paused) | set(totals))
         waiting = (str(RunStatus.WAITING_FOR_APPROVAL), str(RunStatus.WAITING_FOR_INPUT))
         return [
             QueueState(
@@ -633,6 +642,8 @@ class Runtime:
                 queued=counts.get((name, str(RunStatus.QUEUED)), 0),
                 running=counts.get((name, str(RunStatus.RUNNING)), 0),
                 waiting=sum(counts.get((name, w), 0) for w in waiting),
+                spent=totals.get(name, NO_USAGE),
+                window=float(window),
             )
             for name in names
         ]

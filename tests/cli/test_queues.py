@@ -49,9 +49,12 @@ def test_a_burst_worker_leaves_a_paused_queue_alone_until_it_is_resumed(
     assert queues["mail"]["queued"] == 1
     table = cli("queues")
     assert table.code == 0
-    header, line = table.out.strip().splitlines()
+    header, *lines = table.out.strip().splitlines()
     assert header.split()[:3] == ["queue", "state", "queued"]
-    assert line.split()[:3] == ["mail", "paused", "1"]
+    assert [line.split()[:3] for line in lines] == [
+        ["mail", "paused", "1"],
+        ["other", "active", "0"],
+    ]
 
     assert cli("queues", "pause", "mail").out.strip() == "mail was already paused"
     resumed = cli("queues", "resume", "mail")
@@ -59,7 +62,28 @@ def test_a_burst_worker_leaves_a_paused_queue_alone_until_it_is_resumed(
     assert cli("queues", "resume", "mail").out.strip() == "mail was not paused"
     assert cli("worker", "--burst", "--poll-interval", "0.05").code == 0
     assert status(cli, mail) == "completed"
-    assert listed(cli) == {}
+    # Both queues' runs have ended: they are listed for what they spent in the last 24 h.
+    queues = listed(cli)
+    assert set(queues) == {"mail", "other"}
+    assert (queues["mail"]["queued"], queues["mail"]["running"]) == (0, 0)
+    assert queues["mail"]["input_tokens"] > 0 and queues["mail"]["cost"] == 0.0
+
+
+def test_queues_show_tokens_and_cost_of_the_last_day(tmp_path: Path, db_url: str) -> None:
+    cli = Cli(tmp_path, db_url)
+    assert cli("init").code == 0
+    usage = {"input_tokens": 1200, "output_tokens": 34, "cost": 0.5}
+    script = cli.script([{"say": "done", "usage": usage}])
+    for _ in range(2):
+        assert cli("enqueue", "--prompt", "p", "--queue", "mail", "--script", script).code == 0
+    assert cli("worker", "--burst", "--poll-interval", "0.05").code == 0
+    mail = listed(cli)["mail"]
+    assert (mail["input_tokens"], mail["output_tokens"], mail["cost"]) == (2400, 68, 1.0)
+    table = cli("queues")
+    assert table.code == 0, table.err
+    header, line = table.out.strip().splitlines()
+    assert "tokens 24h" in header and "cost 24h" in header
+    assert line.split()[:7] == ["mail", "active", "0", "0", "0", "2468", "1.0000"]
 
 
 def test_a_bad_queue_name_is_one_line_and_changes_nothing(tmp_path: Path, db_url: str) -> None:

@@ -11,6 +11,8 @@ import tenure
 from tenure import Outcome, RunRequest, ToolContext, ToolEffect
 from tenure.audit import LedgerEntry, audit
 
+from .._raw import raw_execute
+
 MakeRuntime = Callable[..., tenure.Runtime]
 
 
@@ -88,3 +90,31 @@ def test_a_nondeterministic_step_stops_the_run_even_when_the_function_catches_it
     run = rt.status(run_id)
     assert run is not None and run.termination_reason is tenure.TerminationReason.NOT_RETRYABLE
     assert "nondeterministic at step 0" in (run.error or ""), run.error
+
+
+def test_a_replay_over_a_damaged_step_event_stops_the_run(
+    make_runtime: Callable[..., tenure.Runtime], db_url: str
+) -> None:
+    """The journal is read as one array; one event that is not an object (written behind
+    tenure's back) must not shift or drop the others: the replay stops at it, naming it."""
+    rt = make_runtime()
+
+    @rt.agent(name="flow")
+    def flow(ctx: tenure.AgentContext) -> list[str]:
+        ids = [ctx.uuid() for _ in range(3)]
+        if ctx.attempt == 0:
+            raise tenure.RetryableError("again", failure_class=tenure.FailureClass.SERVER_ERROR)
+        return ids
+
+    run_id = rt.enqueue(tenure.RunRequest(agent="flow", input={}))
+    first = rt.run_queued(run_id)
+    assert first is not None and first.outcome is tenure.Outcome.REQUEUED
+    [second_step] = [e for e in rt.events(run_id) if e.payload.get("position") == 1]
+    sql = "UPDATE tenure_events SET payload = ? WHERE run_id = ? AND sequence = ?"
+    assert raw_execute(db_url, sql, '["not", "an object"]', run_id, second_step.sequence) == 1
+    time.sleep(0.15)  # the backoff
+    second = rt.run_queued(run_id)
+    assert second is not None and second.outcome is tenure.Outcome.FAILED
+    run = rt.status(run_id)
+    assert run is not None and run.error_class is tenure.FailureClass.CONFIGURATION
+    assert "journal holds a damaged step event: not a JSON object" in run.error

@@ -5,6 +5,7 @@ redriving a dead letter, approving a pending run. Screenshots go to test-artifac
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import threading
@@ -17,7 +18,8 @@ import pytest
 import uvicorn
 
 import tenure
-from tenure import Outcome, RunRequest, RunStatus
+from tenure import EventKind, Outcome, RunRequest, RunStatus
+from tenure.store import NewEvent
 from tenure.web import create_app
 
 from .conftest import (
@@ -514,3 +516,80 @@ def test_fork_from_here_shows_the_plan_then_asks_for_confirmation(
     page.wait_for_url("**?done=forked")
     assert len(rt.runs()) == before + 1
     shot(page, "forked_repeating")
+
+
+def test_the_queue_panel_shows_tokens_and_cost_per_queue_live(
+    any_page: Any, any_rt: tenure.Runtime
+) -> None:
+    from playwright.sync_api import expect
+
+    page, rt = any_page, any_rt
+    usage = {"input_tokens": 100, "output_tokens": 20, "cost": 0.5}
+    done = rt.enqueue(RunRequest(prompt="m", queue="mail", script=[{"say": "x", "usage": usage}]))
+    assert rt.run_queued(done) is not None
+    log_in(page)
+    page.goto("/")
+    row = page.locator("table.queues tr[data-queue='mail']")
+    expect(row.locator("td.tokens")).to_have_text("120")
+    assert row.locator("td.tokens").get_attribute("title") == "100 in / 20 out"
+    expect(row.locator("td.cost")).to_have_text("0.5000")
+    assert "tokens (24 h)" in page.locator("table.queues thead").inner_text().lower()
+    # Another run of the queue spends while the page is open: the panel's next refresh
+    # shows the new totals without a reload.
+    more = {"input_tokens": 1000, "output_tokens": 3, "cost": 0.25}
+    later = rt.enqueue(RunRequest(prompt="m", queue="mail", script=[{"say": "x", "usage": more}]))
+    assert rt.run_queued(later) is not None
+    expect(row.locator("td.tokens")).to_have_text("1123")
+    expect(row.locator("td.cost")).to_have_text("0.7500")
+    shot(page, f"queue_totals_{'sqlite' if rt.database_url.startswith('sqlite') else 'pg'}")
+
+
+def test_search_runs_by_metadata_and_creation_time(any_page: Any, any_rt: tenure.Runtime) -> None:
+    page, rt = any_page, any_rt
+
+    def enqueue(tenant: str) -> str:
+        return rt.enqueue(
+            RunRequest(prompt="p", script=[{"say": "ok"}], metadata={"tenant": tenant})
+        )
+
+    acme, globex = enqueue("acme"), enqueue("globex")
+    log_in(page)
+    page.goto("/")
+    page.fill("form.filters input[name=meta]", "tenant=acme")
+    page.select_option("form.filters select[name=since]", label="an hour")
+    page.click("form.filters button:has-text('filter')")
+    page.wait_for_url("**/?*meta=tenant%3Dacme*")
+    assert page.locator(f"table.runs tr[data-run='{acme}']").count() == 1
+    assert page.locator(f"table.runs tr[data-run='{globex}']").count() == 0
+    assert page.locator("form.filters input[name=meta]").input_value() == "tenant=acme"
+    assert page.locator("form.filters select[name=since]").input_value() == "3600"
+    shot(page, "search_by_metadata")
+    page.fill("form.filters input[name=meta]", "tenant=initech")
+    page.click("form.filters button:has-text('filter')")
+    page.wait_for_url("**/?*meta=tenant%3Dinitech*")
+    assert page.locator("table.runs tr[data-run]").count() == 0
+    page.fill("form.filters input[name=meta]", "")
+    page.click("form.filters button:has-text('filter')")
+    page.wait_for_url("**/?*meta=&*")
+    assert page.locator(f"table.runs tr[data-run='{acme}']").count() == 1
+    assert page.locator(f"table.runs tr[data-run='{globex}']").count() == 1
+
+
+def test_a_running_run_shows_its_step_in_flight(page: Any, rt: tenure.Runtime) -> None:
+    from playwright.sync_api import expect
+
+    run_id = rt.enqueue(RunRequest(prompt="p", script=[{"say": "ok"}]))
+    [claimed] = rt.store.claim("worker:h:1:1", None, 60, 1)
+    assert claimed.lease.run_id == run_id
+    log_in(page)
+    page.goto("/")
+    flight = page.locator(f"tr[data-run='{run_id}'] td.timing .in-flight")
+    expect(flight).to_have_text(re.compile(r"^step 2 for \d"))
+    assert flight.get_attribute("title") == "the step after event 1 (claimed)"
+    page.goto(f"/runs/{run_id}")
+    expect(page.locator("dd.in-flight")).to_have_text(re.compile(r"^step 2, after claimed, for"))
+    # A step is recorded: the next one is in flight.
+    assert rt.store.record_step(claimed.lease, 60, [NewEvent(EventKind.LLM, {})]) is not None
+    page.reload()
+    expect(page.locator("dd.in-flight")).to_have_text(re.compile(r"^step 3, after llm, for"))
+    shot(page, "step_in_flight")

@@ -274,6 +274,10 @@ def test_queues_and_workers_in_the_api(any_client: TestClient, any_rt: tenure.Ru
             "paused": False,
             "paused_at": None,
             "paused_by": None,
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cost": 0.0,
+            "totals_window_seconds": 86_400.0,
         }
     ]
     (worker,) = any_client.get("/api/workers", headers=AUTH).json()

@@ -191,17 +191,24 @@ class StepLog:
                     FailureClass.CONFIGURATION,
                     f"the run's journal holds a damaged {kind} event: {p['_damaged']}",
                 )
-            if kind == "llm":
-                log.usage += Usage(**p.get("usage", {}))
-            elif kind == "approval" and "turn" in p:
-                log.approvals[p["turn"]] = p
-            elif kind == "input" and "turn" in p:
-                log.inputs[p["turn"]] = p
+            if kind in _NOTED:
+                if kind == "llm":
+                    log.usage += Usage(**p.get("usage", {}))
+                elif kind == "approval" and "turn" in p:
+                    log.approvals[p["turn"]] = p
+                elif kind == "input" and "turn" in p:
+                    log.inputs[p["turn"]] = p
             position = p.get("position")
             if position is not None and position not in steps:
-                step = str(p.get("step", "sleep" if kind == "sleeping" else ""))
+                # A replay builds one per recorded step: str() only for what is not one.
+                step = p.get("step", "sleep" if kind == "sleeping" else "")
+                name, d = p.get("name"), p.get("digest")
                 steps[position] = Recorded(
-                    position, step, str(p.get("name")), str(p.get("digest")), p
+                    position,
+                    step if type(step) is str else str(step),
+                    name if type(name) is str else str(name),
+                    d if type(d) is str else str(d),
+                    p,
                 )
         return log
 
@@ -210,7 +217,23 @@ class StepLog:
         return max(self.steps, default=-1)
 
 
+# The kinds of event a step log notes besides their steps.
+_NOTED = frozenset({"llm", "approval", "input"})
+
+
 def _hash(text: bytes) -> str:
+    if len(text) <= _MEMO_TEXT:
+        return _short_hash(text)
+    return hashlib.blake2b(text, digest_size=8).hexdigest()
+
+
+# The arguments of most steps are short and repeat (a tool's, the clock's, a replay's): their
+# digests are kept, looked up by their JSON text.
+_MEMO_TEXT = 256
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_hash(text: bytes) -> str:
     return hashlib.blake2b(text, digest_size=8).hexdigest()
 
 
@@ -227,7 +250,41 @@ def digest(value: Any) -> str:
         text = json.dumps(
             _json.json_safe(value), sort_keys=True, default=str, separators=(",", ":")
         ).encode()
-    return _hash(text)
+    return _short_hash(text) if len(text) <= _MEMO_TEXT else _hash(text)
+
+
+class TranscriptDigest:
+    """The digest of a model step's arguments — exactly `digest({"messages": ..., "tools":
+    ..., "options": ...})`, so journals recorded before it replay unchanged — hashed
+    incrementally: a conversation grows by appending, and hashing its whole transcript at
+    every turn made a run's digests quadratic in its length. The transcript is still written
+    out whole at every turn (in C), and only what follows the text hashed last time is
+    hashed: a message changed in place changes the text, and the hash starts over."""
+
+    _OPEN = b'{"messages":'
+
+    def __init__(self) -> None:
+        self._hashed = b""  # the transcript's text hashed so far, without its closing "]"
+        self._hasher: Any = None
+
+    def __call__(self, messages: list[Any], tools: list[Any], options: dict[str, Any]) -> str:
+        try:
+            text = orjson.dumps(messages, option=orjson.OPT_SORT_KEYS)
+            rest = orjson.dumps({"options": options, "tools": tools}, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # what orjson does not write: digest's own way
+            return digest({"messages": messages, "tools": tools, "options": options})
+        # Keys sorted: {"messages":[…],"options":…,"tools":…}, written in three parts.
+        head = text[:-1]
+        if self._hasher is not None and head.startswith(self._hashed):
+            self._hasher.update(memoryview(head)[len(self._hashed) :])
+        else:
+            self._hasher = hashlib.blake2b(self._OPEN, digest_size=8)
+            self._hasher.update(head)
+        self._hashed = head
+        final = self._hasher.copy()
+        final.update(b"],")
+        final.update(memoryview(rest)[1:])
+        return str(final.hexdigest())
 
 
 class AgentFailed(ProviderError):
@@ -282,6 +339,11 @@ class AgentContext:
         # journal (the run stops as nondeterministic).
         self._doubt: Exception | None = None
         self._root: str | None = None  # the root of this run's tree, read once if needed
+        # Per tool name: the tool and whether a person approves its calls (fixed for the
+        # segment: its engine's registry and settings), looked up once, not at every step.
+        self._tools: dict[str, tuple[Tool, bool]] = {}
+        self._check_held = segment.steps.check_held
+        self._model_digest = TranscriptDigest()
 
     # -- plain values ----------------------------------------------------------------------
 
@@ -326,8 +388,9 @@ class AgentContext:
 
     def _next(self, step: str, name: str, args_digest: str) -> tuple[int, Recorded | None]:
         """The next position, and its recorded step if the journal has one (checked)."""
-        self._check_doubt()
-        self._segment.steps.check_held()
+        if self._doubt is not None:
+            raise self._doubt
+        self._check_held()
         position = self._position
         self._position += 1
         found = self._log.steps.get(position)
@@ -409,7 +472,7 @@ class AgentContext:
         tool_names = [t for t in given if isinstance(t, str)]
         shown = [dataclasses.asdict(t) if isinstance(t, ToolSpec) else t for t in given]
         listed = list(messages)
-        d = digest({"messages": listed, "tools": shown, "options": options})
+        d = self._model_digest(listed, shown, options)
         position, found = self._next("model", name, d)
         turn = self._model_turns
         self._model_turns += 1
@@ -461,11 +524,17 @@ class AgentContext:
         """A registered tool with its effect, fence, probe, timeout, approval and the
         idempotency key `RUN_ID:POSITION`; a tool that raises raises `tenure.ToolFailed`."""
         self._check_doubt()
-        segment = self._segment
-        tool = segment.engine.tools.get(name)
-        if tool is None:
-            self._lacking([f"tool {name!r}"])
-        return self._fenced(tool, "tool", args)
+        known = self._tools.get(name)
+        if known is None:
+            engine = self._segment.engine
+            tool = engine.tools.get(name)
+            if tool is None:
+                self._lacking([f"tool {name!r}"])
+            known = self._tools[name] = (
+                tool,
+                _human.needs_approval(tool, engine.settings.approve_writes),
+            )
+        return self._fenced(known[0], "tool", args, known[1])
 
     def step(
         self,
@@ -482,15 +551,15 @@ class AgentContext:
         `probe(ctx, *args, **kwargs)`). A function whose first parameter is annotated
         `tenure.ToolContext` receives it (its `idempotency_key` is `RUN_ID:POSITION`)."""
         tool = step_tool(fn, name, effect, timeout, probe)
-        return self._fenced(tool, "step", {"args": list(args), "kwargs": kwargs})
+        return self._fenced(tool, "step", {"args": list(args), "kwargs": kwargs}, False)
 
-    def _fenced(self, tool: Tool, kind: str, args: dict[str, Any]) -> Any:
+    def _fenced(self, tool: Tool, kind: str, args: dict[str, Any], needs_person: bool) -> Any:
         """A tool or step function at the next position: replayed when recorded; else
         (after a person's approval, if its tool needs one, and its probe, if its write is in
         doubt here) run by the segment's fenced call, and its event recorded."""
         segment = self._segment
         d = digest(args)
-        if kind == "tool" and _human.needs_approval(tool, segment.engine.settings.approve_writes):
+        if needs_person:
             approved, who = self._decided(self._position, "approval", tool.name, args, tool)
             if not approved:
                 return self._denied(tool, kind, args, d, who)

@@ -360,7 +360,9 @@ def build(handlers: dict[str, Handler]) -> Parser:
     p.add_argument("--limit", type=limit_int, default=100, metavar="N", help="at most N workers")
     p.add_argument("--json", action="store_true", help="a JSON array of worker objects")
     p = command(
-        "queues", "queues: paused or not, runs queued, running and waiting; pause or resume one"
+        "queues",
+        "queues: paused or not, runs queued, running and waiting, tokens and cost of the "
+        "last 24 h; pause or resume one",
     )
     p.add_argument("--json", action="store_true", help="a JSON array of queue objects")
     actions = p.add_subparsers(dest="queue_action", metavar="ACTION", parser_class=Parser)

@@ -1,5 +1,6 @@
-"""`tenure queues`: every queue that is paused or has runs not yet ended; `tenure queues pause
-NAME` and `tenure queues resume NAME`."""
+"""`tenure queues`: every queue that is paused, has runs not yet ended or had runs end in the
+last 24 h, with their tokens and cost; `tenure queues pause NAME` and `tenure queues resume
+NAME`."""
 
 from __future__ import annotations
 
@@ -30,10 +31,20 @@ def queues_command(ctx: Context, args: argparse.Namespace) -> int:
         print_json([q.to_json() for q in found])
         return 0
     if not found:
-        out.print("no queues (none paused, no run waiting or running)")
+        out.print("no queues (none paused, no run waiting or running, none ended in 24 h)")
         return 0
     table(
-        ["queue", "state", "queued", "running", "waiting", "paused at", "paused by"],
+        [
+            "queue",
+            "state",
+            "queued",
+            "running",
+            "waiting",
+            "tokens 24h",
+            "cost 24h",
+            "paused at",
+            "paused by",
+        ],
         (
             [
                 q.name,
@@ -41,6 +52,8 @@ def queues_command(ctx: Context, args: argparse.Namespace) -> int:
                 str(q.queued),
                 str(q.running),
                 str(q.waiting),
+                str(q.spent.total_tokens),
+                f"{q.spent.cost:.4f}",
                 when(q.paused.paused_at) if q.paused else "",
                 q.paused.paused_by if q.paused else "",
             ]

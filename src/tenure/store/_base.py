@@ -358,6 +358,10 @@ class Store(Protocol):
     def queue_counts(self) -> dict[tuple[str, str], int]:
         """Runs not yet ended, by (queue, status)."""
 
+    def queue_totals(self, window: float) -> dict[str, Usage]:
+        """Tokens and cost per queue: of the runs that ended in the last `window` seconds
+        and of the runs not yet ended (what they spent so far). Reads only those runs."""
+
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call `wake` when runs may have become claimable (enqueue, requeue, redrive).
 

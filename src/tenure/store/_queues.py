@@ -1,8 +1,9 @@
 """Paused queues (`tenure_paused_queues`): the claim passes over the runs of a queue that has
-a row there; and how many runs each queue holds."""
+a row there; how many runs each queue holds, and what they spent."""
 
 from __future__ import annotations
 
+from tenure._types import Usage
 from tenure.store._records import PausedQueue
 from tenure.store._sqlbase import SQLBase
 
@@ -32,4 +33,12 @@ class QueueControls(SQLBase):
         return {
             (str(queue), str(status)): int(n)
             for queue, status, n in self._read(self._q["queue_counts"], {})
+        }
+
+    def queue_totals(self, window: float) -> dict[str, Usage]:
+        return {
+            str(queue): Usage(int(tokens_in or 0), int(tokens_out or 0), float(cost or 0.0))
+            for queue, tokens_in, tokens_out, cost in self._read(
+                self._q["queue_totals"], {"window": float(window)}
+            )
         }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 from tenure import _json
 from tenure._types import (
     Event,
@@ -58,6 +60,10 @@ class Reads(SQLBase):
         return [event_from_row(row, self._time) for row in rows]
 
     def journal(self, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+        rows = self._read(self._q["journal_text"], {"id": run_id})
+        found = _journal_at_once(rows[0]) if rows else None
+        if found is not None:
+            return found
         return [
             (str(kind), _journal_payload(payload))
             for kind, payload in self._read(self._q["journal"], {"id": run_id})
@@ -147,9 +153,33 @@ def _filters(
     }
 
 
+def _journal_at_once(row: Any) -> list[tuple[str, dict[str, Any]]] | None:
+    """A journal read as one row (`journal_text`), decoded by one orjson call; None when it
+    cannot be read so (a payload that is not JSON, or what orjson does not read): the caller
+    then reads it row by row, where each damaged event shows as damaged."""
+    payloads, kinds, sequences = row
+    if payloads is None:
+        return []  # no event
+    try:
+        values = orjson.loads(payloads)
+        order = orjson.loads(f"[{sequences}]")
+    except orjson.JSONDecodeError:
+        return None
+    names = kinds.split(",")
+    # Every payload tenure writes is one JSON object: anything else (a row written behind
+    # its back) is left to the row-by-row read.
+    if not (len(values) == len(names) == len(order)) or set(map(type, values)) != {dict}:
+        return None
+    if order != sorted(order):  # sequences are unique in a run: sorted is in order
+        return None
+    return list(zip(names, values, strict=True))
+
+
 def _journal_payload(raw: Any) -> dict[str, Any]:
     if isinstance(raw, dict):
         return raw
+    if not isinstance(raw, str | bytes):  # decoded by the driver, and not an object
+        return {"_damaged": "not a JSON object"}
     try:
         value = _json.loads(raw)
     except (ValueError, TypeError) as exc:

@@ -19,6 +19,9 @@ from tenure._types import (
 )
 
 NO_USAGE = Usage()
+# The tokens and cost shown per queue: of its runs not yet ended and of those that ended in
+# this many last seconds (a day: an all-time sum would read the whole history).
+QUEUE_TOTALS_WINDOW = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -292,13 +295,16 @@ class PausedQueue:
 
 @dataclass(frozen=True)
 class QueueState:
-    """A queue as an operator sees it: whether it is paused, and its runs not yet ended."""
+    """A queue as an operator sees it: whether it is paused, its runs not yet ended, and the
+    tokens and cost of those runs and of the runs that ended in the last `window` seconds."""
 
     name: str
     paused: PausedQueue | None
     queued: int = 0
     running: int = 0
     waiting: int = 0
+    spent: Usage = field(default_factory=Usage)
+    window: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -309,4 +315,8 @@ class QueueState:
             "queued": self.queued,
             "running": self.running,
             "waiting": self.waiting,
+            "input_tokens": self.spent.input_tokens,
+            "output_tokens": self.spent.output_tokens,
+            "cost": self.spent.cost,
+            "totals_window_seconds": self.window,
         }

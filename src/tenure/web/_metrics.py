@@ -33,6 +33,7 @@ from tenure.store._base import (
     StaleRun,
     Store,
 )
+from tenure.store._records import QUEUE_TOTALS_WINDOW
 
 if TYPE_CHECKING:
     from tenure.runtime import Runtime
@@ -127,7 +128,9 @@ class QueuesCollector(Collector):
     yet ended), `tenure_queue_oldest_ready_seconds{queue}` (how long the longest-waiting
     claimable run has waited), `tenure_leases_expired{queue}`: running runs whose lease
     has expired and that no reaper has handled yet (a dead worker shows here first), and
-    `tenure_queue_paused{queue}` with `tenure_queues_paused` (how many are paused)."""
+    `tenure_queue_paused{queue}` with `tenure_queues_paused` (how many are paused), and
+    `tenure_queue_tokens{queue,direction}` / `tenure_queue_cost{queue}`: what its runs not
+    yet ended and those that ended in the last 24 h spent (Store.queue_totals)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -137,6 +140,7 @@ class QueuesCollector(Collector):
             now = self.store.now()
             runs = [r for s in _ACTIVE for r in self.store.runs(s, limit=QUEUE_SCAN_LIMIT)]
             paused = [p.queue for p in self.store.paused_queues()]
+            totals = self.store.queue_totals(QUEUE_TOTALS_WINDOW)
         except Exception as exc:  # tenure_database_up already says the store did not answer
             log.warning("metrics: cannot read queues: %s", exc)
             return
@@ -165,6 +169,21 @@ class QueuesCollector(Collector):
             "Running runs whose lease expired and that the reaper has not handled yet",
             labels=["queue"],
         )
+        tokens = GaugeMetricFamily(
+            "tenure_queue_tokens",
+            "Tokens spent by a queue's runs not yet ended and those that ended in the last "
+            "24 h, by direction (input, output)",
+            labels=["queue", "direction"],
+        )
+        cost = GaugeMetricFamily(
+            "tenure_queue_cost",
+            "Cost of a queue's runs not yet ended and those that ended in the last 24 h",
+            labels=["queue"],
+        )
+        for queue, spent in sorted(totals.items()):
+            tokens.add_metric([queue, "input"], spent.input_tokens)
+            tokens.add_metric([queue, "output"], spent.output_tokens)
+            cost.add_metric([queue], spent.cost)
         counts: dict[tuple[str, str], int] = {}
         ages: dict[str, float] = {}
         stale: dict[str, int] = {}
@@ -190,6 +209,8 @@ class QueuesCollector(Collector):
         yield expired
         yield paused_count
         yield paused_one
+        yield tokens
+        yield cost
 
 
 class ModelsCollector(Collector):

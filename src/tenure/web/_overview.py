@@ -17,7 +17,7 @@ from markupsafe import Markup, escape
 
 from tenure._heartbeat import WorkerState, worker_state
 from tenure._text import span
-from tenure._types import Run, RunStatus
+from tenure._types import Run, RunStatus, Usage
 from tenure.store._base import PausedQueue, WorkerRow
 
 SHORT_ID = 8
@@ -86,6 +86,10 @@ class QueueDepth:
     oldest_ready_seconds: float | None = None
     # Paused by an operator: workers claim none of its runs (None: not paused).
     paused: PausedQueue | None = None
+    # Tokens and cost of its runs not yet ended and of those that ended in the last
+    # `window` seconds (Store.queue_totals).
+    spent: Usage = field(default_factory=Usage)
+    window: float = 0.0
 
     @property
     def queued(self) -> int:
@@ -104,6 +108,10 @@ class QueueDepth:
             "paused": self.paused is not None,
             "paused_at": self.paused.paused_at.isoformat() if self.paused else None,
             "paused_by": self.paused.paused_by if self.paused else None,
+            "input_tokens": self.spent.input_tokens,
+            "output_tokens": self.spent.output_tokens,
+            "cost": self.spent.cost,
+            "totals_window_seconds": self.window,
         }
 
 
@@ -111,14 +119,22 @@ _WAITING = (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_INPUT)
 
 
 def queue_depths(
-    runs: Iterable[Run], now: datetime, paused: Sequence[PausedQueue] = ()
+    runs: Iterable[Run],
+    now: datetime,
+    paused: Sequence[PausedQueue] = (),
+    totals: dict[str, Usage] | None = None,
+    window: float = 0.0,
 ) -> list[QueueDepth]:
     """Per queue: runs queued (ready now, backing off, or scheduled for later), running,
-    waiting for a person;
-    whether it is paused. A paused queue is listed even with no run."""
+    waiting for a person; whether it is paused; what its runs spent (`totals`, over
+    `window`). A paused queue, or one with totals, is listed even with no run."""
     by_queue: dict[str, QueueDepth] = {p.queue: QueueDepth(p.queue, paused=p) for p in paused}
+    for name, spent in (totals or {}).items():
+        by_queue.setdefault(name, QueueDepth(name)).spent = spent
+    for q in by_queue.values():
+        q.window = window
     for run in runs:
-        q = by_queue.setdefault(run.queue, QueueDepth(run.queue))
+        q = by_queue.setdefault(run.queue, QueueDepth(run.queue, window=window))
         if run.status is RunStatus.RUNNING:
             q.running += 1
         elif run.status in _WAITING:

@@ -19,6 +19,7 @@ from tenure._types import DEAD_LETTER_REASONS, ToolEffect
 from tenure.agent._held import HeldContext
 from tenure.agent._runviews import AgentCall, agent_call
 from tenure.store._base import Store
+from tenure.store._records import QUEUE_TOTALS_WINDOW
 from tenure.web import _overview, _views
 from tenure.web._metrics import Metrics
 from tenure.web._security import Caller, Security
@@ -136,7 +137,10 @@ class Web:
         return [r for s in _ACTIVE for r in self.runtime.runs(s, limit=SCAN_LIMIT)]
 
     def queues(self, now: datetime) -> list[_overview.QueueDepth]:
-        return _overview.queue_depths(self.active_runs(), now, self.store.paused_queues())
+        totals = self.store.queue_totals(QUEUE_TOTALS_WINDOW)
+        return _overview.queue_depths(
+            self.active_runs(), now, self.store.paused_queues(), totals, QUEUE_TOTALS_WINDOW
+        )
 
     def workers(self, now: datetime) -> list[_overview.WorkerSeen]:
         running = self.runtime.runs(RunStatus.RUNNING, limit=SCAN_LIMIT)

@@ -470,11 +470,22 @@ SELECT run_id, sequence, attempt, kind, payload, created_at, lease_token
  ORDER BY sequence;
 
 -- name: journal
--- An agent function's replay (SPEC §20): kinds and payloads only, in order.
+-- An agent function's replay (SPEC §20): kinds and payloads only, in order, row by row
+-- (see journal_text).
 SELECT kind, payload
   FROM tenure_events
  WHERE run_id = %(id)s
  ORDER BY sequence;
+
+-- name: journal_text
+-- The same journal as one row: its payloads as one JSON array, as text (decoded by one
+-- call in the client, not one json.loads per event by the driver), its kinds and sequences
+-- as comma-separated lists.
+SELECT '[' || string_agg(payload::text, ',' ORDER BY sequence) || ']',
+       string_agg(kind, ',' ORDER BY sequence),
+       string_agg(sequence::text, ',' ORDER BY sequence)
+  FROM tenure_events
+ WHERE run_id = %(id)s;
 
 -- name: last_event
 -- A run's latest event: a running run's step in flight is the one after it.
@@ -1077,3 +1088,19 @@ SELECT {run_columns}, NULL FROM tenure_runs JOIN tree USING (id)
 SELECT p.id FROM tenure_runs AS p
  WHERE p.id = (SELECT c.parent_id FROM tenure_runs AS c WHERE c.id = %(id)s)
    FOR UPDATE;
+
+-- name: queue_totals
+-- Tokens and cost per queue of the runs that ended in the last %(window)s seconds and of
+-- the runs not yet ended (their spending so far). Bounded: ended runs are read through the
+-- index on finished_at from the window's start only, the others as queue_counts reads them,
+-- so a long history costs nothing here; nothing is added to the writes of a run's steps or
+-- of its settle. A redriven run has no finished_at again: it is counted once.
+SELECT queue, SUM(input_tokens), SUM(output_tokens), SUM(cost) FROM (
+    SELECT queue, input_tokens, output_tokens, cost FROM tenure_runs
+     WHERE finished_at IS NOT NULL
+       AND finished_at >= {now} - make_interval(secs => %(window)s::float8)
+    UNION ALL
+    SELECT queue, input_tokens, output_tokens, cost FROM tenure_runs
+     WHERE status IN ('queued', 'running', 'waiting_for_approval', 'waiting_for_input'))
+    AS spent
+ GROUP BY queue;

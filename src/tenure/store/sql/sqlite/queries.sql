@@ -368,11 +368,23 @@ SELECT run_id, sequence, attempt, kind, payload, created_at, lease_token
  ORDER BY sequence;
 
 -- name: journal
--- An agent function's replay (SPEC §20): kinds and payloads only, in order.
+-- An agent function's replay (SPEC §20): kinds and payloads only, in order, row by row (a
+-- payload that is not JSON is one damaged event; see journal_text).
 SELECT kind, payload
   FROM tenure_events
  WHERE run_id = :id
  ORDER BY sequence;
+
+-- name: journal_text
+-- The same journal as one row: its payloads as one JSON array (decoded by one call, not one
+-- per event), its kinds and sequences as comma-separated lists. The order of group_concat
+-- follows the ordered subquery (an aggregate's subquery with ORDER BY is not flattened);
+-- the sequences are read back to check it. A payload that is not JSON makes the array
+-- unreadable: the journal is then read row by row.
+SELECT '[' || group_concat(payload, ',') || ']', group_concat(kind, ','),
+       group_concat(sequence, ',')
+  FROM (SELECT payload, kind, sequence FROM tenure_events
+         WHERE run_id = :id ORDER BY sequence);
 
 -- name: last_event
 -- A run's latest event: a running run's step in flight is the one after it.
@@ -903,3 +915,23 @@ SELECT {run_columns}, NULL FROM tenure_runs JOIN tree USING (id)
 -- finds the child queued again, or the redrive waits and finds the parent ended.
 SELECT p.id FROM tenure_runs AS p
  WHERE p.id = (SELECT c.parent_id FROM tenure_runs AS c WHERE c.id = :id);
+
+-- name: queue_totals
+-- Tokens and cost per queue of the runs that ended in the last :window seconds and of the
+-- runs not yet ended (their spending so far). Bounded: ended runs are read through the
+-- index on finished_at from the window's start only, the others as queue_counts reads them,
+-- so a long history costs nothing here; nothing is added to the writes of a run's steps or
+-- of its settle. A redriven run has no finished_at again: it is counted once.
+SELECT queue, SUM(input_tokens), SUM(output_tokens), SUM(cost) FROM (
+    SELECT queue, input_tokens, output_tokens, cost
+      FROM tenure_runs INDEXED BY tenure_runs_finished
+     WHERE finished_at IS NOT NULL AND finished_at >= {now} - :window
+    UNION ALL
+    SELECT queue, input_tokens, output_tokens, cost
+      FROM tenure_runs INDEXED BY tenure_runs_claimable
+     WHERE status = 'queued'
+    UNION ALL
+    SELECT queue, input_tokens, output_tokens, cost FROM tenure_runs
+     WHERE status <> 'queued'
+       AND status IN ('running', 'waiting_for_approval', 'waiting_for_input'))
+ GROUP BY queue;
