@@ -70,6 +70,8 @@ def _types() -> Any:
         max_cost: float | int | None
         agent: str | None
         input: dict[str, Any] | None
+        priority: int
+        concurrency_key: str | None
 
     return _Types
 
@@ -94,6 +96,8 @@ def _plain_types(r: RunRequest) -> bool:
         and (r.max_cost is None or type(r.max_cost) in (int, float))
         and r.agent is None
         and r.input is None
+        and type(r.priority) is int
+        and (r.concurrency_key is None or type(r.concurrency_key) is str)
     )
 
 
@@ -128,7 +132,15 @@ def _check_shape(r: RunRequest, *, stored: bool = False) -> None:
 
 
 def _check_text(r: RunRequest) -> None:
-    for name in ("prompt", "model", "queue", "idempotency_key", "system", "agent"):
+    for name in (
+        "prompt",
+        "model",
+        "queue",
+        "idempotency_key",
+        "system",
+        "agent",
+        "concurrency_key",
+    ):
         value = getattr(r, name)
         if value is not None:
             check_text(name, value)
@@ -148,6 +160,11 @@ def check_text(name: str, value: str) -> None:
 
 # The longest queue name (both stores hold it as text; the API takes at most this).
 MAX_QUEUE_NAME = 200
+# The longest concurrency key, and the range of priorities (SPEC §22): wide enough for
+# any scheme of levels, narrow enough that no one needs a bigger number to jump the queue.
+MAX_CONCURRENCY_KEY = 200
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
 
 _INT64 = range(-(2**63), 2**63)
 
@@ -221,6 +238,15 @@ def _check_names(r: RunRequest) -> None:
         raise InvalidRequest("idempotency_key must be a non-empty string or None")
     if r.system is not None and not isinstance(r.system, str):
         raise InvalidRequest("system must be a string or None")
+    check_concurrency_key(r.concurrency_key)
+
+
+def check_concurrency_key(key: Any) -> None:
+    if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_CONCURRENCY_KEY):
+        raise InvalidRequest(
+            f"concurrency_key must be None or a non-empty string of at most "
+            f"{MAX_CONCURRENCY_KEY} characters"
+        )
 
 
 def _check_limits(r: RunRequest) -> None:
@@ -232,6 +258,14 @@ def _check_limits(r: RunRequest) -> None:
         raise InvalidRequest(
             f"max_iterations must be an integer from 1 to {MAX_ITERATIONS_CEILING}, "
             f"got {r.max_iterations!r}"
+        )
+    if (
+        not isinstance(r.priority, int)
+        or isinstance(r.priority, bool)
+        or not PRIORITY_MIN <= r.priority <= PRIORITY_MAX
+    ):
+        raise InvalidRequest(
+            f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, got {r.priority!r}"
         )
     if r.max_tokens is not None and (not isinstance(r.max_tokens, int) or r.max_tokens <= 0):
         raise InvalidRequest("max_tokens must be a positive integer or None")
@@ -249,6 +283,11 @@ def to_json(request: RunRequest) -> dict[str, Any]:
     data["tools"] = list(request.tools)
     if request.agent is None:  # a built-in run is stored as the version before agents did
         del data["agent"], data["input"]
+    # Likewise a run with neither a priority nor a key (SPEC §22): as before they existed.
+    if request.priority == 0:
+        del data["priority"]
+    if request.concurrency_key is None:
+        del data["concurrency_key"]
     return data
 
 

@@ -41,7 +41,15 @@ from tenure.providers._awaited import Awaited
 from tenure.providers._base import AsyncProvider, Provider
 from tenure.providers.scripted import Scripted
 from tenure.store import open_store
-from tenure.store._base import Claimed, ModelState, NewEvent, NewRun, PausedQueue, Store
+from tenure.store._base import (
+    Claimed,
+    ConcurrencyKey,
+    ModelState,
+    NewEvent,
+    NewRun,
+    PausedQueue,
+    Store,
+)
 from tenure.store._records import QueueState
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -301,6 +309,8 @@ class Runtime:
             idempotency_key=request.idempotency_key,
             delay=delay,
             events=(NewEvent(EventKind.REQUEST, data, text),),
+            priority=request.priority,
+            concurrency_key=request.concurrency_key,
         )
 
     # -- running -------------------------------------------------------------------------
@@ -606,6 +616,30 @@ class Runtime:
 
     def paused_queues(self) -> list[PausedQueue]:
         return self.store.paused_queues()
+
+    def set_concurrency_limit(self, key: str, limit: int | None) -> bool:
+        """At most `limit` runs with this `RunRequest.concurrency_key` run at once, across
+        every worker and host on this database (SPEC §22), enforced by the claim from the
+        next claim on (runs already running go on). 0 holds the key's runs queued; None
+        removes the limit (False when there was none). A queued run of a full key waits: it
+        is not claimed, not charged, and not an attempt."""
+        _requests.check_concurrency_key(key)
+        if key is None:
+            raise InvalidRequest("a concurrency key must be a non-empty string")
+        _requests.check_text("key", key)
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit < 2**31
+        ):
+            raise InvalidRequest(
+                f"a concurrency limit must be a whole number from 0 to {2**31 - 1}, or None, "
+                f"got {limit!r}"
+            )
+        return self.store.set_concurrency_limit(key, limit)
+
+    def concurrency_keys(self) -> list[ConcurrencyKey]:
+        """Every concurrency key with a limit or with runs queued or running: its limit,
+        its runs running and queued (SPEC §22)."""
+        return self.store.concurrency_keys()
 
     def queues(self) -> list[QueueState]:
         """Every queue that is paused or has runs not yet ended, by name: paused or not,

@@ -124,6 +124,7 @@ OWNER_WRITES = {
     "suspend",
     "park",
     "publish_delta",
+    "unclaim",
 }
 OWNER_READS = {"held_by"}
 _OWNER = re.compile(

@@ -25,6 +25,7 @@ from tenure._types import (
 from tenure.store._records import (
     NO_USAGE,
     Claimed,
+    ConcurrencyKey,
     Grant,
     Held,
     Lease,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_USAGE",
     "Claimed",
+    "ConcurrencyKey",
     "Grant",
     "Held",
     "Lease",
@@ -314,6 +316,13 @@ class Store(Protocol):
 
     def queue_counts(self) -> dict[tuple[str, str], int]:
         """Runs not yet ended, by (queue, status)."""
+
+    def set_concurrency_limit(self, key: str, limit: int | None) -> bool:
+        """At most `limit` runs of `key` running at once, enforced by the claim (SPEC §22);
+        None removes the limit (False when there was none)."""
+
+    def concurrency_keys(self) -> list[ConcurrencyKey]:
+        """Every key with a limit or with runs queued or running, by name."""
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call `wake` when runs may have become claimable (enqueue, requeue, redrive).

@@ -16,6 +16,7 @@ from tenure._types import (
 )
 from tenure.store._base import NO_USAGE, Claimed, Lease, NewEvent, NewRun, Settlement
 from tenure.store._sqlbase import (
+    ClaimRow,
     Cursor,
     SQLBase,
     _event_rows,
@@ -46,6 +47,8 @@ class OwnerTransitions(SQLBase):
                         "idempotency_key": run.idempotency_key,
                         "delay": run.delay,
                         "last_sequence": len(run.events) - 1,
+                        "priority": run.priority,
+                        "concurrency_key": run.concurrency_key,
                     },
                 )
                 # No row inserted (by the statement's count: SQLite's enqueue has no
@@ -102,7 +105,38 @@ class OwnerTransitions(SQLBase):
         events: list[dict[str, Any]] | None = None,
     ) -> list[Claimed]:
         rows = cur.execute(self._q["claim"], params).fetchall()
-        return self._claimed(cur, rows, owner, events=events)
+        return self._claimed(cur, self._within_limits(cur, rows, owner), owner, events=events)
+
+    def _within_limits(self, cur: Cursor, rows: list[ClaimRow], owner: str) -> list[ClaimRow]:
+        """The claimed rows, less those beyond their concurrency key's limit, which go back
+        queued in this same transaction (SPEC §22). The claim passed over the runs of a full
+        key, but it may take several runs of one key at once, and on a store where claims
+        run side by side two claims may each have seen room for the last one: the keys are
+        locked, then their running runs counted again, this claim's own included.
+        A claim of runs without a key does none of this."""
+        keys = sorted({row[8] for row in rows if row[8] is not None})
+        if not keys:
+            return rows
+        self._lock_keys(cur, keys)
+        over = {
+            key: int(running) - int(limit)
+            for key, limit, running in cur.execute(
+                self._q["concurrency_room"], {"keys": self._queues_param(keys)}
+            ).fetchall()
+            if int(running) > int(limit)
+        }
+        if not over:
+            return rows
+        # Within a key, the runs taken last in the claim's order go back first.
+        back: set[str] = set()
+        for row in sorted(rows, key=lambda r: (-r[9], r[10], r[0]), reverse=True):
+            key = row[8]
+            if over.get(key, 0) > 0:
+                over[key] -= 1
+                back.add(row[0])
+                params = {"id": row[0], "owner": owner, "token": row[1], "n": 1}
+                cur.execute(self._q["unclaim"], params).fetchall()
+        return [row for row in rows if row[0] not in back]
 
     def claim(
         self, owner: str, queues: Sequence[str] | None, lease_seconds: float, limit: int
@@ -114,7 +148,11 @@ class OwnerTransitions(SQLBase):
         params = {"id": run_id, "owner": owner, "lease": lease_seconds, "n": 1}
         claimed = self._write(
             lambda cur: self._claimed(
-                cur, cur.execute(self._q["claim_run"], params).fetchall(), owner
+                cur,
+                self._within_limits(
+                    cur, cur.execute(self._q["claim_run"], params).fetchall(), owner
+                ),
+                owner,
             )
         )
         return claimed[0] if claimed else None

@@ -62,6 +62,8 @@ class NewRun:
     idempotency_key: str | None
     delay: float = 0.0
     events: Sequence[NewEvent] = ()
+    priority: int = 0
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,30 @@ class Grant:
     reservation: str | None
     wait: float = 0.0
     circuit_open: bool = False
+
+
+@dataclass(frozen=True)
+class ConcurrencyKey:
+    """A concurrency key (SPEC §22): its limit (None: not limited) and its runs running and
+    queued now. A queued run of a key at its limit waits for the key, not for a worker."""
+
+    key: str
+    limit: int | None
+    running: int
+    queued: int
+
+    @property
+    def full(self) -> bool:
+        return self.limit is not None and self.running >= self.limit
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "limit": self.limit,
+            "running": self.running,
+            "queued": self.queued,
+            "waiting_for_key": self.queued if self.full else 0,
+        }
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,8 @@ def run_from_row(row: Sequence[Any], time: Time) -> Run:
         waiting,
         wait_deadline,
         fence_probe,
+        priority,
+        concurrency_key,
         request,
     ) = row
     r = _Reader(time)
@@ -136,6 +138,8 @@ def run_from_row(row: Sequence[Any], time: Time) -> Run:
         waiting=r.field("waiting", _waiting_view, waiting, None),
         wait_deadline=r.time("wait_deadline", wait_deadline),
         fence_probe=bool(fence_probe),
+        priority=r.field("priority", int, priority, 0),
+        concurrency_key=concurrency_key,
         damaged=r.damaged,
     )
 

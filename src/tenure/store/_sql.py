@@ -34,6 +34,8 @@ RUN_COLUMNS = (
     "waiting",
     "wait_deadline",
     "fence_probe",
+    "priority",
+    "concurrency_key",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)

@@ -319,6 +319,8 @@ class PostgresStore(SQLStore):
             "idempotency_key": run.idempotency_key,
             "delay": run.delay,
             "last_sequence": len(run.events) - 1,
+            "priority": run.priority,
+            "concurrency_key": run.concurrency_key,
         }
         if _request_only(run):
             sql = Q["enqueue_with_request"]
@@ -396,6 +398,9 @@ class PostgresStore(SQLStore):
 
     def _queues_param(self, queues: Sequence[str] | None) -> Any:
         return list(queues) if queues else None
+
+    def _lock_keys(self, cur: Cursor, keys: Sequence[str]) -> None:
+        cur.execute(self._q["concurrency_lock"], {"keys": list(keys)}).fetchall()
 
     # -- notifications -------------------------------------------------------------------
 

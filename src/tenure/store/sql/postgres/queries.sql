@@ -48,9 +48,10 @@ SELECT pg_xact_status(%(xid)s::xid8);
 -- name: enqueue
 -- A queued run; a taken idempotency key inserts nothing.
 INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
-                         last_sequence, created_at, updated_at)
+                         last_sequence, created_at, updated_at, priority, concurrency_key)
 VALUES (%(id)s, %(queue)s, 'queued', %(request)s, %(idempotency_key)s,
-        {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now})
+        {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now},
+        %(priority)s, %(concurrency_key)s)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, CASE WHEN %(delay)s <= 0 THEN pg_notify('tenure_runs', queue) END;
 
@@ -82,10 +83,22 @@ VALUES (%(run_id)s, %(sequence)s, %(attempt)s, %(lease_token)s, %(kind)s, %(payl
 
 -- name: _claim_returning
 RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_sequence,
-          r.decision, r.fence_call
+          r.decision, r.fence_call, r.concurrency_key, r.priority, r.available_at
+
+-- name: _key_has_room
+-- A run whose concurrency key has a limit is claimable while fewer than that many runs of
+-- the key are running (SPEC §22). Read here from this statement's snapshot to pass over the
+-- runs of a full key; two claims may both see room for one more, so the claim then locks
+-- its keys and counts again (`concurrency_lock`, `concurrency_room`).
+(t.concurrency_key IS NULL
+ OR NOT EXISTS (SELECT 1 FROM tenure_concurrency_limits l
+                 WHERE l.key = t.concurrency_key
+                   AND l.max_running <= (SELECT count(*) FROM tenure_runs x
+                                          WHERE x.concurrency_key = l.key
+                                            AND x.status = 'running')))
 
 -- name: claim
--- Claim up to %(limit)s claimable runs. SKIP LOCKED: rows another claimer has locked are
+-- Claim up to %(limit)s claimable runs, the highest priority first, then the oldest. SKIP LOCKED: rows another claimer has locked are
 -- passed over instead of waited for, and a row that stopped being queued while we looked is
 -- re-checked under its lock and dropped, so every row goes to exactly one claimer.
 -- "Available now" is the statement's start (stable, unlike clock_timestamp()), which lets
@@ -99,13 +112,14 @@ RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_seq
 -- in order up to the limit; NOT EXISTS (an anti-join) and NOT IN (a hashed subplan, costed
 -- as passing half) do the same.
 WITH picked AS (
-    SELECT id FROM tenure_runs
-     WHERE status = 'queued' AND available_at <= statement_timestamp()
-       AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
-       AND queue || '' <> ALL (ARRAY(SELECT queue FROM tenure_paused_queues))
-     ORDER BY available_at
+    SELECT t.id FROM tenure_runs t
+     WHERE t.status = 'queued' AND t.available_at <= statement_timestamp()
+       AND (%(queues)s::text[] IS NULL OR t.queue = ANY (%(queues)s::text[]))
+       AND t.queue || '' <> ALL (ARRAY(SELECT queue FROM tenure_paused_queues))
+       AND {_key_has_room}
+     ORDER BY t.priority DESC, t.available_at, t.id
      LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE tenure_runs r
 {_claim_set}
@@ -119,9 +133,43 @@ UPDATE tenure_runs r
 -- paused queue's run is not taken this way either.
 UPDATE tenure_runs r
 {_claim_set}
+  FROM tenure_runs t
  WHERE r.id = %(id)s AND r.status = 'queued' AND r.available_at <= {now}
    AND NOT EXISTS (SELECT 1 FROM tenure_paused_queues p WHERE p.queue = r.queue)
+   AND t.id = r.id AND {_key_has_room}
 {_claim_returning};
+
+-- name: concurrency_lock
+-- Taken by a claim that took runs of these keys, before it counts them again: a claim of a
+-- key waits for the one before it to commit, and its next statement's snapshot sees what that
+-- one took (under READ COMMITTED two claims could otherwise both see room for the last
+-- slot). Locks are taken in one order (hash order), so two claims never wait for each other.
+SELECT count(pg_advisory_xact_lock(1952804718, h))
+  FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest(%(keys)s::text[]) AS k ORDER BY h) AS s;
+
+-- name: concurrency_room
+-- The limit of each key of %(keys)s that has one and how many of its runs are running now,
+-- this claim's own included.
+SELECT l.key, l.max_running,
+       (SELECT count(*) FROM tenure_runs r
+         WHERE r.concurrency_key = l.key AND r.status = 'running')
+  FROM tenure_concurrency_limits l
+ WHERE l.key = ANY (%(keys)s::text[]);
+
+-- name: unclaim
+-- A run this claim took beyond its key's limit goes back as if it had not been taken, in the
+-- claim's own transaction (nobody saw the claim): the token, the attempt, the start and the
+-- sequence the claim reserved are given back.
+UPDATE tenure_runs
+   SET status = 'queued', claimed_by = '', lease_expires = NULL,
+       lease_token = lease_token - 1,
+       attempt = CASE WHEN attempt = 0 THEN 0 ELSE attempt - 1 END,
+       started_at = CASE WHEN attempt = 0 THEN NULL ELSE started_at END,
+       last_sequence = last_sequence - %(n)s
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s
+   AND lease_expires >= {now}
+RETURNING id;
 
 -- name: record_step
 -- Heartbeat: renew the lease of the owner, reserve %(n)s event sequences, add usage, and insert
@@ -596,9 +644,11 @@ SELECT pending_effect, fence_call, fence_probe FROM tenure_runs WHERE id = %(id)
 -- earlier try of this same statement committed and its answer was lost).
 WITH run AS (
     INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
-                             last_sequence, created_at, updated_at)
+                             last_sequence, created_at, updated_at, priority,
+                             concurrency_key)
     VALUES (%(id)s, %(queue)s, 'queued', %(request)s, %(idempotency_key)s,
-            {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now})
+            {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now},
+            %(priority)s, %(concurrency_key)s)
     ON CONFLICT DO NOTHING
     RETURNING id, queue
 )
@@ -897,3 +947,22 @@ SELECT queue, paused_at, paused_by FROM tenure_paused_queues ORDER BY queue;
 SELECT queue, status, COUNT(*) FROM tenure_runs
  WHERE status IN ('queued', 'running', 'waiting_for_approval', 'waiting_for_input')
  GROUP BY queue, status;
+
+-- name: set_concurrency_limit
+-- At most %(max_running)s runs of the key run at once, from the next claim on.
+INSERT INTO tenure_concurrency_limits (key, max_running, updated_at)
+VALUES (%(key)s, %(max_running)s, {now})
+ON CONFLICT (key) DO UPDATE SET max_running = excluded.max_running,
+                                updated_at = excluded.updated_at;
+
+-- name: clear_concurrency_limit
+DELETE FROM tenure_concurrency_limits WHERE key = %(key)s RETURNING key;
+
+-- name: concurrency_limits
+SELECT key, max_running FROM tenure_concurrency_limits ORDER BY key;
+
+-- name: concurrency_counts
+-- The running and queued runs of every key that has any (read from the key index alone).
+SELECT concurrency_key, status, count(*) FROM tenure_runs
+ WHERE concurrency_key IS NOT NULL AND status IN ('queued', 'running')
+ GROUP BY concurrency_key, status;

@@ -15,9 +15,9 @@ SELECT {now};
 -- partial: the conflict target names its condition). The caller reads the count of rows
 -- inserted.
 INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
-                         last_sequence, created_at, updated_at)
+                         last_sequence, created_at, updated_at, priority, concurrency_key)
 VALUES (:id, :queue, 'queued', :request, :idempotency_key, {now} + :delay,
-        :last_sequence, {now}, {now})
+        :last_sequence, {now}, {now}, :priority, :concurrency_key)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
 -- name: find_by_idempotency_key
@@ -46,25 +46,38 @@ VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, {now});
 
 -- name: _claim_returning
 RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
-          fence_call
+          fence_call, concurrency_key, priority, available_at
+
+-- name: _key_has_room
+-- A run whose concurrency key has a limit is claimable while fewer than that many runs of
+-- the key are running (SPEC §22). Read here to pass over the runs of a full key; the claim
+-- then counts again (`concurrency_room`), because one claim may take several runs of a key.
+(concurrency_key IS NULL
+ OR NOT EXISTS (SELECT 1 FROM tenure_concurrency_limits l
+                 WHERE l.key = tenure_runs.concurrency_key
+                   AND l.max_running <= (SELECT count(*) FROM tenure_runs x
+                                          WHERE x.concurrency_key = l.key
+                                            AND x.status = 'running')))
 
 -- name: claim
--- Claim up to :limit claimable runs. The writer lock taken by BEGIN IMMEDIATE makes the
--- subquery and the update one step: no other claimer can see these rows as queued.
+-- Claim up to :limit claimable runs, the highest priority first, then the oldest. The
+-- writer lock taken by BEGIN IMMEDIATE makes the subquery and the update one step: no other
+-- claimer can see these rows as queued.
 -- INDEXED BY: without statistics the planner picks the listing index (status = 'queued'),
 -- which reads and sorts every queued row at each claim, so a drain of a backlog of N runs
--- costs N²; the claimable index yields the oldest available rows first and stops at :limit.
+-- costs N²; the claim-order index yields the rows in the claim's order and stops at :limit.
 -- A run of a paused queue is passed over: the pause is read in this same statement, under
 -- the same lock, so a claim that starts after a pause committed takes nothing of its queue.
 -- NOT IN reads the paused queues once per statement; a correlated NOT EXISTS ran its
 -- subquery for every row passed over, which made passing a paused backlog 4-5 times dearer.
 UPDATE tenure_runs
 {_claim_set}
- WHERE id IN (SELECT id FROM tenure_runs INDEXED BY tenure_runs_claimable
+ WHERE id IN (SELECT id FROM tenure_runs INDEXED BY tenure_runs_claim_order
                WHERE status = 'queued' AND available_at <= {now}
                  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
                  AND queue NOT IN (SELECT queue FROM tenure_paused_queues)
-               ORDER BY available_at
+                 AND {_key_has_room}
+               ORDER BY priority DESC, available_at, id
                LIMIT :limit)
 {_claim_returning};
 
@@ -76,7 +89,31 @@ UPDATE tenure_runs
 {_claim_set}
  WHERE id = :id AND status = 'queued' AND available_at <= {now}
    AND NOT EXISTS (SELECT 1 FROM tenure_paused_queues p WHERE p.queue = tenure_runs.queue)
+   AND {_key_has_room}
 {_claim_returning};
+
+-- name: concurrency_room
+-- The limit of each key of :keys that has one and how many of its runs are running now,
+-- this claim's own included.
+SELECT l.key, l.max_running,
+       (SELECT count(*) FROM tenure_runs r
+         WHERE r.concurrency_key = l.key AND r.status = 'running')
+  FROM tenure_concurrency_limits l
+ WHERE l.key IN (SELECT value FROM json_each(:keys));
+
+-- name: unclaim
+-- A run this claim took beyond its key's limit goes back as if it had not been taken, in the
+-- claim's own transaction (nobody saw the claim): the token, the attempt, the start and the
+-- sequence the claim reserved are given back.
+UPDATE tenure_runs
+   SET status = 'queued', claimed_by = '', lease_expires = NULL,
+       lease_token = lease_token - 1,
+       attempt = CASE WHEN attempt = 0 THEN 0 ELSE attempt - 1 END,
+       started_at = CASE WHEN attempt = 0 THEN NULL ELSE started_at END,
+       last_sequence = last_sequence - :n
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+   AND lease_expires >= {now}
+RETURNING id;
 
 -- name: record_step
 -- Heartbeat: renew the lease of the owner, reserve :n event sequences, add usage.
@@ -730,3 +767,22 @@ SELECT queue, status, COUNT(*) FROM tenure_runs
  WHERE status <> 'queued'
    AND status IN ('running', 'waiting_for_approval', 'waiting_for_input')
  GROUP BY queue, status;
+
+-- name: set_concurrency_limit
+-- At most :max_running runs of the key run at once, from the next claim on.
+INSERT INTO tenure_concurrency_limits (key, max_running, updated_at)
+VALUES (:key, :max_running, {now})
+ON CONFLICT (key) DO UPDATE SET max_running = excluded.max_running,
+                                updated_at = excluded.updated_at;
+
+-- name: clear_concurrency_limit
+DELETE FROM tenure_concurrency_limits WHERE key = :key RETURNING key;
+
+-- name: concurrency_limits
+SELECT key, max_running FROM tenure_concurrency_limits ORDER BY key;
+
+-- name: concurrency_counts
+-- The running and queued runs of every key that has any (read from the key index alone).
+SELECT concurrency_key, status, count(*) FROM tenure_runs
+ WHERE concurrency_key IS NOT NULL AND status IN ('queued', 'running')
+ GROUP BY concurrency_key, status;
