@@ -118,6 +118,8 @@ def _request(args: argparse.Namespace) -> RunRequest:
         idempotency_key=args.idempotency_key,
         max_iterations=args.max_iterations,
         script=_read_script(args.script),
+        priority=args.priority,
+        concurrency_key=args.concurrency_key,
     )
 
 
@@ -447,6 +449,12 @@ def queues(ctx: Context, args: argparse.Namespace) -> int:
     return queues_command(ctx, args)
 
 
+def concurrency(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure.cli._queues import concurrency_command
+
+    return concurrency_command(ctx, args)
+
+
 def serve(ctx: Context, args: argparse.Namespace) -> int:
     from tenure.cli._serve import serve as run_server
 
@@ -473,5 +481,6 @@ HANDLERS = {
     "crashtest": crashtest,
     "workers": workers,
     "queues": queues,
+    "concurrency": concurrency,
     **human_handlers,
 }
