@@ -454,8 +454,9 @@ class Runtime:
 
         An approved write then runs fenced as always; a denial goes back to the model as
         the call's result. The continuation is queued for a worker (returns None), or with
-        `execute="inline"` runs here (returns its RunResult). Of two concurrent decisions
-        one wins; the other raises DecisionConflict.
+        `execute="inline"` runs here (returns its RunResult), unless the run has a
+        concurrency key: it is then queued, for a worker's claim keeps the key's limit. Of
+        two concurrent decisions one wins; the other raises DecisionConflict.
         """
         _check_decider(decided_by, execute)
         if note is not None and not isinstance(note, str):
@@ -513,6 +514,12 @@ class Runtime:
         event: NewEvent,
         execute: str,
     ) -> RunResult | None:
+        if execute != "queue":
+            # A run with a concurrency key starts again only through a worker's claim,
+            # which keeps its key's limit (SPEC §22): a decision continued here would not.
+            run = self.store.get_run(run_id)
+            if run is not None and run.concurrency_key is not None:
+                execute = "queue"
         if execute == "queue":
             if not self.store.decide_queued(run_id, expected, decision, event):
                 raise DecisionConflict(f"run {run_id} is no longer {expected}")
