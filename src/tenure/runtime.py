@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
-from tenure import _policy, _requests
+from tenure import _policy, _requests, _schedules
 from tenure._capacity import Capacity, unused_model
 from tenure._errors import DecisionConflict, InvalidRequest
 from tenure._follow import follow
@@ -20,6 +22,7 @@ from tenure._ladder import Engine, Segment, Settings
 from tenure._limits import Limits
 from tenure._publisher import DeltaPublisher
 from tenure._reaper import DEFAULT_REAP_LIMIT, Reaper
+from tenure._schedules import Schedule
 from tenure._types import (
     Delta,
     Event,
@@ -54,6 +57,8 @@ from tenure.store._records import QueueState
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DATABASE_URL = "sqlite:///tenure.db"
+
+log = logging.getLogger("tenure.schedules")
 
 
 def default_database_url() -> str:
@@ -379,6 +384,7 @@ class Runtime:
             poll_interval=poll_interval,
             reap_interval=self.reap_interval,
             grace_seconds=grace_seconds,
+            fire_schedules=self.fire_schedules,
         )
 
     def work(
@@ -642,6 +648,71 @@ class Runtime:
                 f"got {limit!r}"
             )
         return self.store.set_concurrency_limit(key, limit)
+
+    # -- schedules (SPEC §22) ----------------------------------------------------------
+
+    def schedule(
+        self, name: str, *, cron: str, request: RunRequest, timezone: str = "UTC"
+    ) -> Schedule:
+        """Store (or change) a schedule: at each tick of `cron` (minute hour day month
+        weekday, read in `timezone`) one run of `request` is enqueued, by whichever worker
+        fires it first; its idempotency key is `schedule:NAME:TICK`. A bad name, cron
+        expression, time zone or request raises InvalidRequest and stores nothing."""
+        _schedules.check_name(name)
+        _requests.check_text("name", name)
+        _schedules.check_cron(cron)
+        zone = _schedules.zone(timezone)
+        request = self._validate(request)
+        if request.idempotency_key is not None:
+            raise InvalidRequest(
+                "a scheduled request takes no idempotency_key: each tick's is schedule:NAME:TICK"
+            )
+        text = _requests.dumps_checked(_requests.to_json(request))
+        following = _schedules.next_after(cron, zone, self.store.now())
+        self.store.put_schedule(name, cron, timezone, text, following)
+        return next(s for s in self.store.schedules() if s.name == name)
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule, by name, with its next and last fire."""
+        return self.store.schedules()
+
+    def pause_schedule(self, name: str) -> bool:
+        """No tick fires until it is resumed; False when it was paused already."""
+        return self.store.pause_schedule(_schedules.check_name(name))
+
+    def resume_schedule(self, name: str) -> bool:
+        """Fires again from its next tick after now (ticks that fell while it was paused
+        do not fire); False when it was not paused."""
+        found = [s for s in self.store.schedules() if s.name == _schedules.check_name(name)]
+        if not found:
+            return False
+        zone = _schedules.zone(found[0].timezone)
+        following = _schedules.next_after(found[0].cron, zone, self.store.now())
+        return self.store.resume_schedule(name, following)
+
+    def delete_schedule(self, name: str) -> bool:
+        """Removes the schedule (runs it enqueued stay); False when there was none."""
+        return self.store.delete_schedule(_schedules.check_name(name))
+
+    def fire_schedules(self) -> int:
+        """Fire every due schedule once, for its latest tick; how many fired here. Each
+        worker calls this in its maintenance pass."""
+        return _schedules.Scheduler(
+            lambda: (self.store.now(), self.store.due_schedules()), self._fire_one
+        ).fire_due()
+
+    def _fire_one(
+        self, schedule: Schedule, seen: Any, tick: datetime, following: datetime
+    ) -> str | None:
+        data = dict(schedule.request or {})
+        data["idempotency_key"] = _schedules.tick_key(schedule.name, tick)
+        try:
+            request = _requests.from_json(_requests.dumps(data))
+        except InvalidRequest as exc:
+            log.error("schedule %s: its stored request is unusable: %s", schedule.name, exc)
+            return None
+        run = self._new_run(request, interactive=False)
+        return self.store.fire_schedule(schedule.name, seen, tick, following, run)
 
     def concurrency_keys(self) -> list[ConcurrencyKey]:
         """Every concurrency key with a limit or with runs queued or running: its limit,

@@ -72,3 +72,37 @@ def test_a_claim_of_one_named_run_keeps_to_the_limit(store: Store) -> None:
     assert store.set_concurrency_limit("k", None)
     assert not store.set_concurrency_limit("k", None)
     assert store.claim_run(second, "worker:a", 30) is not None
+
+
+def keyed(store: Store, key: str | None, n: int, priority: int = 0) -> list[str]:
+    runs = [
+        NewRun(
+            run_id=f"{next(_ORDER):08d}-{uuid.uuid4()}",
+            queue="default",
+            request=REQUEST,
+            idempotency_key=None,
+            events=(NewEvent(EventKind.REQUEST, {"prompt": "hi"}),),
+            priority=priority,
+            concurrency_key=key,
+        )
+        for _ in range(n)
+    ]
+    return [run_id for run_id, _ in store.enqueue_many(runs)]
+
+
+def test_a_key_with_one_run_is_not_starved_by_a_key_with_ten_thousand(store: Store) -> None:
+    big = set(keyed(store, "tenant-a", 10_000))
+    (small,) = keyed(store, "tenant-b", 1)
+    first = [claim_one(store).lease.run_id for _ in range(2)]
+    assert small in first
+    assert set(first) - {small} <= big
+
+
+def test_keys_of_equal_priority_take_turns(store: Store) -> None:
+    owner = {}
+    for key in ("a", "b", "c"):
+        owner |= dict.fromkeys(keyed(store, key, 3), key)
+    urgent = keyed(store, "c", 1, priority=1)
+    taken = [claim_one(store).lease.run_id for _ in range(10)]
+    assert taken[0] == urgent[0]
+    assert [owner[t] for t in taken[1:]] == ["a", "b", "c"] * 3

@@ -455,6 +455,12 @@ def concurrency(ctx: Context, args: argparse.Namespace) -> int:
     return concurrency_command(ctx, args)
 
 
+def schedules(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure.cli._queues import schedules_command
+
+    return schedules_command(ctx, args)
+
+
 def serve(ctx: Context, args: argparse.Namespace) -> int:
     from tenure.cli._serve import serve as run_server
 
@@ -482,5 +488,6 @@ HANDLERS = {
     "workers": workers,
     "queues": queues,
     "concurrency": concurrency,
+    "schedules": schedules,
     **human_handlers,
 }

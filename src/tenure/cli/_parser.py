@@ -405,6 +405,17 @@ def build(handlers: dict[str, Handler]) -> Parser:
     limit.add_argument("key", metavar="KEY", help="the concurrency key")
     limit.add_argument("limit", metavar="N", help="a whole number, 0 or more, or none")
 
+    p = command("schedules", "cron schedules: next and last fire; pause, resume or delete one")
+    p.add_argument("--json", action="store_true", help="a JSON array of schedule objects")
+    actions = p.add_subparsers(dest="schedule_action", metavar="ACTION", parser_class=Parser)
+    for name, what in (
+        ("pause", "no tick of the schedule fires until it is resumed"),
+        ("resume", "the schedule fires again from its next tick after now"),
+        ("delete", "remove the schedule (the runs it enqueued stay)"),
+    ):
+        action = actions.add_parser(name, help=what, description=what)
+        action.add_argument("name", metavar="NAME", help="the schedule")
+
     p = command("models", "every model: its limits, calls in flight and circuit")
     p.add_argument("--json", action="store_true", help="a JSON array of model objects")
 

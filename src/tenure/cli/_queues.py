@@ -100,3 +100,48 @@ def _limit(text: str) -> int | None:
             f"a concurrency limit must be a whole number (0 or more) or 'none', got {text!r}"
         ) from None
     return value
+
+
+def schedules_command(ctx: Context, args: argparse.Namespace) -> int:
+    """`tenure schedules`: every schedule with its next and last fire; `pause`, `resume`,
+    `delete NAME`."""
+    app = ctx.app
+    action = args.schedule_action
+    if action is not None:
+        done = {
+            "pause": app.pause_schedule,
+            "resume": app.resume_schedule,
+            "delete": app.delete_schedule,
+        }[action](args.name)
+        past = {"pause": "paused", "resume": "resumed", "delete": "deleted"}[action]
+        if done:
+            out.print(f"{past} {args.name}")
+        elif action == "delete":
+            out.print(f"no schedule {args.name}")
+        else:
+            out.print(f"{args.name} was {'already paused' if action == 'pause' else 'not paused'}")
+        return 0
+    found = app.schedules()
+    if args.json:
+        print_json([s.to_json() for s in found])
+        return 0
+    if not found:
+        out.print("no schedules")
+        return 0
+    table(
+        ["name", "cron", "timezone", "state", "next fire", "last fire", "fired", "queue"],
+        (
+            [
+                s.name,
+                s.cron,
+                s.timezone,
+                Text("paused", style="bold yellow") if s.paused else Text("active"),
+                "" if s.paused or s.next_fire is None else when(s.next_fire),
+                when(s.last_fire) if s.last_fire else "never",
+                str(s.fired),
+                str((s.request or {}).get("queue", "default")),
+            ]
+            for s in found
+        ),
+    )
+    return 0

@@ -40,6 +40,7 @@ from tenure.store._records import (
 )
 
 if TYPE_CHECKING:
+    from tenure._schedules import Schedule
     from tenure.store._deltas import DeltaFeed, DeltaPiece
 
 __all__ = [
@@ -323,6 +324,28 @@ class Store(Protocol):
 
     def concurrency_keys(self) -> list[ConcurrencyKey]:
         """Every key with a limit or with runs queued or running, by name."""
+
+    def put_schedule(
+        self, name: str, cron: str, timezone: str, request: str, next_fire: datetime
+    ) -> None:
+        """Store a schedule, or change one (keeping whether it is paused, and its fires)."""
+
+    def schedules(self) -> list[Schedule]: ...
+
+    def due_schedules(self, limit: int = 100) -> list[tuple[Schedule, Any]]:
+        """Schedules not paused whose next tick has come, each with that tick as stored."""
+
+    def fire_schedule(
+        self, name: str, seen: Any, tick: datetime, following: datetime, run: NewRun
+    ) -> str | None:
+        """Advance the schedule from `seen` to `following` and enqueue the tick's run, in
+        one transaction; None when the schedule moved since it was read."""
+
+    def pause_schedule(self, name: str) -> bool: ...
+
+    def resume_schedule(self, name: str, next_fire: datetime) -> bool: ...
+
+    def delete_schedule(self, name: str) -> bool: ...
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call `wake` when runs may have become claimable (enqueue, requeue, redrive).

@@ -4,6 +4,7 @@ Every one is guarded by the lease it names; None or False means it did not apply
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from tenure._json import dumps
@@ -34,7 +35,32 @@ class OwnerTransitions(SQLBase):
         return self.enqueue_many([run])[0]
 
     def enqueue_many(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
-        def tx(cur: Cursor) -> list[tuple[str, bool]]:
+        return self._write(lambda cur: self._enqueue_in(cur, runs))
+
+    def fire_schedule(
+        self, name: str, seen: Any, tick: datetime, following: datetime, run: NewRun
+    ) -> str | None:
+        """A schedule's tick: the schedule advances from the next tick it was read with
+        (`seen`) to `following`, and the tick's run is enqueued, in one transaction; None
+        when the schedule moved since it was read (another worker fired it, or it was
+        paused, changed or deleted)."""
+        params = {
+            "name": name,
+            "seen": seen,
+            "tick": self._time_param(tick),
+            "next_fire": self._time_param(following),
+            "run_id": run.run_id,
+        }
+
+        def tx(cur: Cursor) -> str | None:
+            if cur.execute(self._q["advance_schedule"], params).fetchone() is None:
+                return None
+            return self._enqueue_in(cur, [run])[0][0]
+
+        return self._write(tx)
+
+    def _enqueue_in(self, cur: Cursor, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
+        if True:
             out = []
             events: list[dict[str, Any]] = []  # every run's events, one insert at the end
             for run in runs:
@@ -64,8 +90,6 @@ class OwnerTransitions(SQLBase):
                 out.append((run.run_id, True))
             self._insert_events(cur, events)
             return out
-
-        return self._write(tx)
 
     def start(self, run: NewRun, owner: str, lease_seconds: float) -> Lease:
         def tx(cur: Cursor) -> None:

@@ -92,6 +92,10 @@ class SQLBase(ABC):
     @abstractmethod
     def _queues_param(self, queues: Sequence[str] | None) -> Any: ...
 
+    @abstractmethod
+    def _time_param(self, value: datetime) -> Any:
+        """An aware datetime as this dialect's time parameter."""
+
     def _lock_keys(self, cur: Cursor, keys: Sequence[str]) -> None:
         """Before a claim counts the running runs of `keys` again: wait for every other
         claim of them to end (a store whose writers take turns has nothing to wait for)."""

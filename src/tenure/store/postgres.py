@@ -396,6 +396,9 @@ class PostgresStore(SQLStore):
     def _time(self, value: Any) -> datetime | None:
         return aware(value)
 
+    def _time_param(self, value: datetime) -> Any:
+        return value
+
     def _queues_param(self, queues: Sequence[str] | None) -> Any:
         return list(queues) if queues else None
 

@@ -48,12 +48,28 @@ SELECT pg_xact_status(%(xid)s::xid8);
 -- name: enqueue
 -- A queued run; a taken idempotency key inserts nothing.
 INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
-                         last_sequence, created_at, updated_at, priority, concurrency_key)
+                         last_sequence, created_at, updated_at, priority, concurrency_key,
+                         fair_round)
 VALUES (%(id)s, %(queue)s, 'queued', %(request)s, %(idempotency_key)s,
         {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now},
-        %(priority)s, %(concurrency_key)s)
+        %(priority)s, %(concurrency_key)s, {_fair_round})
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, CASE WHEN %(delay)s <= 0 THEN pg_notify('tenure_runs', queue) END;
+
+-- name: _fair_round
+-- A new run's round (SPEC §22): the round the queue's head has reached at its priority, or,
+-- when its key already has runs queued there, the round after its key's last one. So a key
+-- takes one turn per round, and a key that comes to a long queue joins the current round
+-- instead of waiting behind every round the queue holds. A run without a key joins the
+-- current round. (Two enqueues of one key at the same instant may share a round.)
+GREATEST(COALESCE((SELECT f.fair_round FROM tenure_runs f
+                    WHERE f.status = 'queued' AND f.priority = %(priority)s
+                    ORDER BY f.priority DESC, f.fair_round LIMIT 1), 0),
+         CASE WHEN %(concurrency_key)s::text IS NULL THEN 0
+              ELSE COALESCE((SELECT max(f.fair_round) + 1 FROM tenure_runs f
+                              WHERE f.concurrency_key = %(concurrency_key)s::text
+                                AND f.status = 'queued'
+                                AND f.priority = %(priority)s), 0) END)
 
 -- name: find_by_idempotency_key
 SELECT id FROM tenure_runs WHERE idempotency_key = %(idempotency_key)s;
@@ -98,7 +114,9 @@ RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_seq
                                             AND x.status = 'running')))
 
 -- name: claim
--- Claim up to %(limit)s claimable runs, the highest priority first, then the oldest. SKIP LOCKED: rows another claimer has locked are
+-- Claim up to %(limit)s claimable runs, the highest priority first, then round-robin by
+-- concurrency key (the lowest round, `_fair_round`), then the oldest. SKIP LOCKED: rows
+-- another claimer has locked are
 -- passed over instead of waited for, and a row that stopped being queued while we looked is
 -- re-checked under its lock and dropped, so every row goes to exactly one claimer.
 -- "Available now" is the statement's start (stable, unlike clock_timestamp()), which lets
@@ -117,7 +135,7 @@ WITH picked AS (
        AND (%(queues)s::text[] IS NULL OR t.queue = ANY (%(queues)s::text[]))
        AND t.queue || '' <> ALL (ARRAY(SELECT queue FROM tenure_paused_queues))
        AND {_key_has_room}
-     ORDER BY t.priority DESC, t.available_at, t.id
+     ORDER BY t.priority DESC, t.fair_round, t.available_at, t.id
      LIMIT %(limit)s
        FOR UPDATE OF t SKIP LOCKED
 )
@@ -645,10 +663,10 @@ SELECT pending_effect, fence_call, fence_probe FROM tenure_runs WHERE id = %(id)
 WITH run AS (
     INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
                              last_sequence, created_at, updated_at, priority,
-                             concurrency_key)
+                             concurrency_key, fair_round)
     VALUES (%(id)s, %(queue)s, 'queued', %(request)s, %(idempotency_key)s,
             {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now},
-            %(priority)s, %(concurrency_key)s)
+            %(priority)s, %(concurrency_key)s, {_fair_round})
     ON CONFLICT DO NOTHING
     RETURNING id, queue
 )
@@ -966,3 +984,49 @@ SELECT key, max_running FROM tenure_concurrency_limits ORDER BY key;
 SELECT concurrency_key, status, count(*) FROM tenure_runs
  WHERE concurrency_key IS NOT NULL AND status IN ('queued', 'running')
  GROUP BY concurrency_key, status;
+
+-- name: put_schedule
+-- A new schedule, or a schedule changed (its cron, zone, request and next tick); whether it
+-- is paused and what it fired so far are kept.
+INSERT INTO tenure_schedules (name, cron, timezone, request, paused, next_fire, fired,
+                              created_at, updated_at)
+VALUES (%(name)s, %(cron)s, %(timezone)s, %(request)s, false, %(next_fire)s, 0,
+        {now}, {now})
+ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, timezone = excluded.timezone,
+                                 request = excluded.request, next_fire = excluded.next_fire,
+                                 updated_at = excluded.updated_at;
+
+-- name: schedules
+SELECT name, cron, timezone, request, paused, next_fire, last_fire, last_run_id, fired, created_at FROM tenure_schedules ORDER BY name;
+
+-- name: due_schedules
+-- Schedules whose next tick has come, the most overdue first.
+SELECT name, cron, timezone, request, paused, next_fire, last_fire, last_run_id, fired, created_at FROM tenure_schedules
+ WHERE NOT paused AND next_fire <= {now}
+ ORDER BY next_fire
+ LIMIT %(limit)s;
+
+-- name: advance_schedule
+-- A tick fired: only by the firing that read this next tick, while the schedule is not
+-- paused (another worker that fired it first, a pause, a change or a delete since the read
+-- make this match nothing, and the firing enqueues nothing).
+UPDATE tenure_schedules
+   SET next_fire = %(next_fire)s, last_fire = %(tick)s, last_run_id = %(run_id)s,
+       fired = fired + 1, updated_at = {now}
+ WHERE name = %(name)s AND next_fire = %(seen)s AND NOT paused
+RETURNING name;
+
+-- name: pause_schedule
+UPDATE tenure_schedules SET paused = true, updated_at = {now}
+ WHERE name = %(name)s AND NOT paused
+RETURNING name;
+
+-- name: resume_schedule
+-- Resumed: it fires from its next tick after now on (ticks that fell while it was paused do
+-- not fire).
+UPDATE tenure_schedules SET paused = false, next_fire = %(next_fire)s, updated_at = {now}
+ WHERE name = %(name)s AND paused
+RETURNING name;
+
+-- name: delete_schedule
+DELETE FROM tenure_schedules WHERE name = %(name)s RETURNING name;

@@ -15,10 +15,25 @@ SELECT {now};
 -- partial: the conflict target names its condition). The caller reads the count of rows
 -- inserted.
 INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
-                         last_sequence, created_at, updated_at, priority, concurrency_key)
+                         last_sequence, created_at, updated_at, priority, concurrency_key,
+                         fair_round)
 VALUES (:id, :queue, 'queued', :request, :idempotency_key, {now} + :delay,
-        :last_sequence, {now}, {now}, :priority, :concurrency_key)
+        :last_sequence, {now}, {now}, :priority, :concurrency_key, {_fair_round})
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
+
+-- name: _fair_round
+-- A new run's round (SPEC §22): the round the queue's head has reached at its priority, or,
+-- when its key already has runs queued there, the round after its key's last one. So a key
+-- takes one turn per round, and a key that comes to a long queue joins the current round
+-- instead of waiting behind every round the queue holds. A run without a key joins the
+-- current round.
+max(COALESCE((SELECT fair_round FROM tenure_runs INDEXED BY tenure_runs_claim_order
+               WHERE status = 'queued' AND priority = :priority
+               ORDER BY priority DESC, fair_round LIMIT 1), 0),
+    CASE WHEN :concurrency_key IS NULL THEN 0
+         ELSE COALESCE((SELECT max(fair_round) + 1 FROM tenure_runs INDEXED BY tenure_runs_key
+                         WHERE concurrency_key = :concurrency_key AND status = 'queued'
+                           AND priority = :priority), 0) END)
 
 -- name: find_by_idempotency_key
 SELECT id FROM tenure_runs WHERE idempotency_key = :idempotency_key;
@@ -60,7 +75,8 @@ RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decis
                                             AND x.status = 'running')))
 
 -- name: claim
--- Claim up to :limit claimable runs, the highest priority first, then the oldest. The
+-- Claim up to :limit claimable runs, the highest priority first, then round-robin by
+-- concurrency key (the lowest round, `_fair_round`), then the oldest. The
 -- writer lock taken by BEGIN IMMEDIATE makes the subquery and the update one step: no other
 -- claimer can see these rows as queued.
 -- INDEXED BY: without statistics the planner picks the listing index (status = 'queued'),
@@ -77,7 +93,7 @@ UPDATE tenure_runs
                  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
                  AND queue NOT IN (SELECT queue FROM tenure_paused_queues)
                  AND {_key_has_room}
-               ORDER BY priority DESC, available_at, id
+               ORDER BY priority DESC, fair_round, available_at, id
                LIMIT :limit)
 {_claim_returning};
 
@@ -786,3 +802,49 @@ SELECT key, max_running FROM tenure_concurrency_limits ORDER BY key;
 SELECT concurrency_key, status, count(*) FROM tenure_runs
  WHERE concurrency_key IS NOT NULL AND status IN ('queued', 'running')
  GROUP BY concurrency_key, status;
+
+-- name: put_schedule
+-- A new schedule, or a schedule changed (its cron, zone, request and next tick); whether it
+-- is paused and what it fired so far are kept.
+INSERT INTO tenure_schedules (name, cron, timezone, request, paused, next_fire, fired,
+                              created_at, updated_at)
+VALUES (:name, :cron, :timezone, :request, 0, :next_fire, 0,
+        {now}, {now})
+ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, timezone = excluded.timezone,
+                                 request = excluded.request, next_fire = excluded.next_fire,
+                                 updated_at = excluded.updated_at;
+
+-- name: schedules
+SELECT name, cron, timezone, request, paused, next_fire, last_fire, last_run_id, fired, created_at FROM tenure_schedules ORDER BY name;
+
+-- name: due_schedules
+-- Schedules whose next tick has come, the most overdue first.
+SELECT name, cron, timezone, request, paused, next_fire, last_fire, last_run_id, fired, created_at FROM tenure_schedules
+ WHERE paused = 0 AND next_fire <= {now}
+ ORDER BY next_fire
+ LIMIT :limit;
+
+-- name: advance_schedule
+-- A tick fired: only by the firing that read this next tick, while the schedule is not
+-- paused (another worker that fired it first, a pause, a change or a delete since the read
+-- make this match nothing, and the firing enqueues nothing).
+UPDATE tenure_schedules
+   SET next_fire = :next_fire, last_fire = :tick, last_run_id = :run_id,
+       fired = fired + 1, updated_at = {now}
+ WHERE name = :name AND next_fire = :seen AND paused = 0
+RETURNING name;
+
+-- name: pause_schedule
+UPDATE tenure_schedules SET paused = 1, updated_at = {now}
+ WHERE name = :name AND paused = 0
+RETURNING name;
+
+-- name: resume_schedule
+-- Resumed: it fires from its next tick after now on (ticks that fell while it was paused do
+-- not fire).
+UPDATE tenure_schedules SET paused = 0, next_fire = :next_fire, updated_at = {now}
+ WHERE name = :name AND paused = 1
+RETURNING name;
+
+-- name: delete_schedule
+DELETE FROM tenure_schedules WHERE name = :name RETURNING name;
