@@ -274,6 +274,8 @@ def test_queues_and_workers_in_the_api(any_client: TestClient, any_rt: tenure.Ru
             "paused": False,
             "paused_at": None,
             "paused_by": None,
+            "priorities": {"0": 1},  # the queued runs by priority and by key (SPEC §22)
+            "keys": {},
         }
     ]
     (worker,) = any_client.get("/api/workers", headers=AUTH).json()

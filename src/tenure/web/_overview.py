@@ -86,6 +86,9 @@ class QueueDepth:
     oldest_ready_seconds: float | None = None
     # Paused by an operator: workers claim none of its runs (None: not paused).
     paused: PausedQueue | None = None
+    # Queued runs by priority, and by concurrency key (SPEC §22).
+    priorities: dict[int, int] = field(default_factory=dict)
+    keys: dict[str, int] = field(default_factory=dict)
 
     @property
     def queued(self) -> int:
@@ -104,6 +107,8 @@ class QueueDepth:
             "paused": self.paused is not None,
             "paused_at": self.paused.paused_at.isoformat() if self.paused else None,
             "paused_by": self.paused.paused_by if self.paused else None,
+            "priorities": {str(p): n for p, n in sorted(self.priorities.items(), reverse=True)},
+            "keys": dict(sorted(self.keys.items())),
         }
 
 
@@ -131,6 +136,10 @@ def queue_depths(
             q.ready += 1
             age = (now - run.available_at).total_seconds()
             q.oldest_ready_seconds = max(age, q.oldest_ready_seconds or 0.0)
+        if run.status is RunStatus.QUEUED:
+            q.priorities[run.priority] = q.priorities.get(run.priority, 0) + 1
+            if run.concurrency_key is not None:
+                q.keys[run.concurrency_key] = q.keys.get(run.concurrency_key, 0) + 1
     return [by_queue[name] for name in sorted(by_queue)]
 
 
