@@ -46,6 +46,8 @@ def test_a_key_held_at_zero_waits_and_is_listed_as_waiting(tmp_path: Path, db_ur
     header, line = cli("concurrency").out.strip().splitlines()
     assert header.split() == ["key", "limit", "running", "queued", "state"]
     assert line.split()[:5] == ["tenant-a", "0", "0", "1", "full:"]
+    listing = cli("runs", "--status", "queued").out
+    assert "waits for key tenant-a (at its limit)" in listing
 
     assert cli("concurrency", "set", "tenant-a", "none").out.strip() == "tenant-a: no limit"
     assert cli("worker", "--burst", "--poll-interval", "0.05").code == 0

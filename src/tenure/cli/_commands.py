@@ -232,7 +232,11 @@ def runs(ctx: Context, args: argparse.Namespace) -> int:
     if args.json:
         print_json([r.to_json() for r in found])
     elif found:
-        runs_table(found)
+        # A queued run whose key is at its limit says so (SPEC §22); read only when a
+        # listed queued run has a key.
+        keyed = any(r.concurrency_key and r.status is RunStatus.QUEUED for r in found)
+        full = {k.key for k in ctx.app.concurrency_keys() if k.full} if keyed else set()
+        runs_table(found, full)
     else:
         out.print("no runs")
     return 0
