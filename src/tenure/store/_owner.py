@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from tenure._errors import StoreError
 from tenure._json import dumps
 from tenure._types import (
     EventKind,
@@ -159,7 +160,10 @@ class OwnerTransitions(SQLBase):
                 over[key] -= 1
                 back.add(row[0])
                 params = {"id": row[0], "owner": owner, "token": row[1], "n": 1}
-                cur.execute(self._q["unclaim"], params).fetchall()
+                if not cur.execute(self._q["unclaim"], params).fetchall():
+                    # Cannot be (the row is this transaction's): roll the claim back whole
+                    # rather than leave a run running beyond its key's limit.
+                    raise StoreError(f"a claim could not give back run {row[0]}")
         return [row for row in rows if row[0] not in back]
 
     def claim(

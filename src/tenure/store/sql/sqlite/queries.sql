@@ -120,7 +120,9 @@ SELECT l.key, l.max_running,
 -- name: unclaim
 -- A run this claim took beyond its key's limit goes back as if it had not been taken, in the
 -- claim's own transaction (nobody saw the claim): the token, the attempt, the start and the
--- sequence the claim reserved are given back.
+-- sequence the claim reserved are given back. No live-lease condition: the row is this
+-- transaction's own (it holds its lock), and a lease that ran out while the claim waited
+-- for its keys' locks must still be given back.
 UPDATE tenure_runs
    SET status = 'queued', claimed_by = '', lease_expires = NULL,
        lease_token = lease_token - 1,
@@ -128,7 +130,6 @@ UPDATE tenure_runs
        started_at = CASE WHEN attempt = 0 THEN NULL ELSE started_at END,
        last_sequence = last_sequence - :n
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
-   AND lease_expires >= {now}
 RETURNING id;
 
 -- name: record_step
