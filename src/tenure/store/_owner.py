@@ -61,36 +61,35 @@ class OwnerTransitions(SQLBase):
         return self._write(tx)
 
     def _enqueue_in(self, cur: Cursor, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
-        if True:
-            out = []
-            events: list[dict[str, Any]] = []  # every run's events, one insert at the end
-            for run in runs:
-                cur.execute(
-                    self._q["enqueue"],
-                    {
-                        "id": run.run_id,
-                        "queue": run.queue,
-                        "request": run.request,
-                        "idempotency_key": run.idempotency_key,
-                        "delay": run.delay,
-                        "last_sequence": len(run.events) - 1,
-                        "priority": run.priority,
-                        "concurrency_key": run.concurrency_key,
-                    },
-                )
-                # No row inserted (by the statement's count: SQLite's enqueue has no
-                # RETURNING, which costs it a result table per insert): the key is taken.
-                if cur.rowcount == 0:
-                    existing = cur.execute(
-                        self._q["find_by_idempotency_key"],
-                        {"idempotency_key": run.idempotency_key},
-                    ).fetchone()
-                    out.append((existing[0], False))
-                    continue
-                _event_rows(events, run.run_id, len(run.events) - 1, 0, 0, run.events)
-                out.append((run.run_id, True))
-            self._insert_events(cur, events)
-            return out
+        out = []
+        events: list[dict[str, Any]] = []  # every run's events, one insert at the end
+        for run in runs:
+            cur.execute(
+                self._q["enqueue"],
+                {
+                    "id": run.run_id,
+                    "queue": run.queue,
+                    "request": run.request,
+                    "idempotency_key": run.idempotency_key,
+                    "delay": run.delay,
+                    "last_sequence": len(run.events) - 1,
+                    "priority": run.priority,
+                    "concurrency_key": run.concurrency_key,
+                },
+            )
+            # No row inserted (by the statement's count: SQLite's enqueue has no
+            # RETURNING, which costs it a result table per insert): the key is taken.
+            if cur.rowcount == 0:
+                existing = cur.execute(
+                    self._q["find_by_idempotency_key"],
+                    {"idempotency_key": run.idempotency_key},
+                ).fetchone()
+                out.append((existing[0], False))
+                continue
+            _event_rows(events, run.run_id, len(run.events) - 1, 0, 0, run.events)
+            out.append((run.run_id, True))
+        self._insert_events(cur, events)
+        return out
 
     def start(self, run: NewRun, owner: str, lease_seconds: float) -> Lease:
         def tx(cur: Cursor) -> None:
