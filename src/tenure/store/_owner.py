@@ -137,8 +137,9 @@ class OwnerTransitions(SQLBase):
         key, but it may take several runs of one key at once, and on a store where claims
         run side by side two claims may each have seen room for the last one: the keys are
         locked, then their running runs counted again, this claim's own included.
-        A claim of runs without a key does none of this."""
-        keys = sorted({row[8] for row in rows if row[8] is not None})
+        A claim of runs without a limited key (as its statement saw the limits) does none
+        of this: a limit set since applies from the next claim on."""
+        keys = sorted({row[8] for row in rows if row[11]})
         if not keys:
             return rows
         self._lock_keys(cur, keys)

@@ -99,7 +99,10 @@ VALUES (%(run_id)s, %(sequence)s, %(attempt)s, %(lease_token)s, %(kind)s, %(payl
 
 -- name: _claim_returning
 RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_sequence,
-          r.decision, r.fence_call, r.concurrency_key, r.priority, r.available_at
+          r.decision, r.fence_call, r.concurrency_key, r.priority, r.available_at,
+          r.concurrency_key IS NOT NULL
+          AND EXISTS (SELECT 1 FROM tenure_concurrency_limits l
+                       WHERE l.key = r.concurrency_key)
 
 -- name: _key_has_room
 -- A run whose concurrency key has a limit is claimable while fewer than that many runs of

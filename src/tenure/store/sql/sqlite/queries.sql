@@ -61,7 +61,10 @@ VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, {now});
 
 -- name: _claim_returning
 RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
-          fence_call, concurrency_key, priority, available_at
+          fence_call, concurrency_key, priority, available_at,
+          concurrency_key IS NOT NULL
+          AND EXISTS (SELECT 1 FROM tenure_concurrency_limits l
+                       WHERE l.key = tenure_runs.concurrency_key)
 
 -- name: _key_has_room
 -- A run whose concurrency key has a limit is claimable while fewer than that many runs of
