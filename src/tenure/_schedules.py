@@ -75,8 +75,8 @@ def zone(name: Any) -> ZoneInfo:
         raise InvalidRequest(f"timezone must be a time zone name such as 'UTC', got {name!r}")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidRequest(f"unknown time zone {name!r}") from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a path
+        raise InvalidRequest(f"unknown time zone {name[:100]!r}") from None
 
 
 def _croniter() -> type[Croniter]:
@@ -87,8 +87,15 @@ def _croniter() -> type[Croniter]:
 
 
 def check_cron(cron: Any) -> str:
-    if not isinstance(cron, str) or not _croniter().is_valid(cron):
-        raise InvalidRequest(f"not a cron expression (minute hour day month weekday): {cron!r}")
+    """Five fields (minute hour day month weekday), or one of croniter's names such as
+    `@hourly`; not croniter's optional seconds and years. An expression that never fires
+    (`0 0 31 2 *`) is refused too."""
+    five = isinstance(cron, str) and (cron.strip().startswith("@") or len(cron.split()) == 5)
+    if not five or "\x00" in cron or not _croniter().is_valid(cron):
+        raise InvalidRequest(
+            f"not a cron expression (minute hour day month weekday): {str(cron)[:100]!r}"
+        )
+    next_after(cron, ZoneInfo("UTC"), datetime(2000, 1, 1, tzinfo=UTC))
     return cron
 
 
@@ -96,7 +103,10 @@ def next_after(cron: str, tz: ZoneInfo, after: datetime) -> datetime:
     """The first tick strictly after `after`, in UTC."""
     it = _croniter()(cron, after.astimezone(tz))
     while True:
-        candidate = it.get_next(datetime)
+        try:
+            candidate = it.get_next(datetime)
+        except ValueError:  # croniter's: no date matches within its search
+            raise InvalidRequest(f"the cron expression {cron!r} never fires") from None
         if _first_occurrence(candidate, tz):
             return candidate.astimezone(UTC)
 

@@ -91,6 +91,9 @@ def test_a_paused_schedule_fires_nothing_and_delete_removes_it(
     [
         ({"cron": "61 * * * *"}, "not a cron expression"),
         ({"cron": "every day"}, "not a cron expression"),
+        ({"cron": "* * * * * *"}, "not a cron expression"),  # croniter's seconds: not ours
+        ({"cron": "0 0 31 2 *"}, "never fires"),
+        ({"cron": "* * * * *", "timezone": "x" * 300}, "unknown time zone"),
         ({"cron": "* * * * *", "timezone": "Mars/Olympus"}, "unknown time zone"),
         ({"cron": "* * * * *", "request": RunRequest(prompt="x", priority=500)}, "priority"),
         ({"cron": "* * * * *", "request": RunRequest(prompt="x", model="nope")}, "nope"),
