@@ -90,10 +90,12 @@ def check_cron(cron: Any) -> str:
     """Five fields (minute hour day month weekday), or one of croniter's names such as
     `@hourly`; not croniter's optional seconds and years. An expression that never fires
     (`0 0 31 2 *`) is refused too."""
-    five = isinstance(cron, str) and (cron.strip().startswith("@") or len(cron.split()) == 5)
+    if not isinstance(cron, str):
+        raise InvalidRequest(f"a cron expression must be a string, got {cron!r}")
+    five = cron.strip().startswith("@") or len(cron.split()) == 5
     if not five or "\x00" in cron or not _croniter().is_valid(cron):
         raise InvalidRequest(
-            f"not a cron expression (minute hour day month weekday): {str(cron)[:100]!r}"
+            f"not a cron expression (minute hour day month weekday): {cron[:100]!r}"
         )
     next_after(cron, ZoneInfo("UTC"), datetime(2000, 1, 1, tzinfo=UTC))
     return cron
