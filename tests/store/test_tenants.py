@@ -3,16 +3,10 @@ enforced by the claim."""
 
 from __future__ import annotations
 
-import itertools
-import uuid
-
 from tenure._types import EventKind, RunStatus
+from tenure.runtime import new_run_id
 from tenure.store import NewEvent, NewRun, Store
 from tests.store.helpers import REQUEST, claim_one
-
-# Run ids that sort in the order the runs were put: runs put within the same millisecond
-# have the same available_at, and the claim then takes them by id.
-_ORDER = itertools.count()
 
 
 def put(
@@ -23,7 +17,7 @@ def put(
     queue: str = "default",
 ) -> str:
     run = NewRun(
-        run_id=f"{next(_ORDER):08d}-{uuid.uuid4()}",
+        run_id=new_run_id(),
         queue=queue,
         request=REQUEST,
         idempotency_key=None,
@@ -77,7 +71,7 @@ def test_a_claim_of_one_named_run_keeps_to_the_limit(store: Store) -> None:
 def keyed(store: Store, key: str | None, n: int, priority: int = 0) -> list[str]:
     runs = [
         NewRun(
-            run_id=f"{next(_ORDER):08d}-{uuid.uuid4()}",
+            run_id=new_run_id(),
             queue="default",
             request=REQUEST,
             idempotency_key=None,
