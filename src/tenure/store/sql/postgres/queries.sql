@@ -126,7 +126,7 @@ RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_seq
 -- it bound the scan of the partial index; the lease is still timed by the clock.
 -- A run of a paused queue is passed over; a pause committed before this statement started
 -- is seen by it (a claim already under way when the pause commits may still take a run).
--- The paused queues are read once (an init plan) and filter the scan of the claimable index.
+-- The paused queues are read once (an init plan) and filter the scan of the claim-order index.
 -- `queue || ''`: the planner then costs the filter as passing most rows. Compared as the bare
 -- column, the column's statistics (one queue, say) make it expect that the filter passes
 -- almost nothing, and it sorts the whole backlog at each claim instead of reading the index
@@ -150,7 +150,7 @@ UPDATE tenure_runs r
 
 -- name: claim_run
 -- The claim filtered by id: one named run, if it is queued and claimable now (by its primary
--- key rather than the claimable partial index, which would walk the backlog to find it). A
+-- key rather than the claim-order partial index, which would walk the backlog to find it). A
 -- paused queue's run is not taken this way either.
 UPDATE tenure_runs r
 {_claim_set}

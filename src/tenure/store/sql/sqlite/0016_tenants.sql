@@ -9,9 +9,12 @@ ALTER TABLE tenure_runs ADD COLUMN concurrency_key TEXT;
 -- claimed round-robin by key; a key with ten thousand queued runs does not starve a key with
 -- one). Set at enqueue, never changed.
 ALTER TABLE tenure_runs ADD COLUMN fair_round INTEGER NOT NULL DEFAULT 0;
--- The claim reads the queued runs in the order it takes them and stops at its limit.
+-- The claim reads the queued runs in the order it takes them and stops at its limit. It
+-- replaces the index of queued runs by available_at (one index less for every claim and
+-- enqueue to keep); `queue` at its end lets the count of queued runs per queue read it alone.
+DROP INDEX tenure_runs_claimable;
 CREATE INDEX tenure_runs_claim_order
-    ON tenure_runs (priority DESC, fair_round, available_at, id) WHERE status = 'queued';
+    ON tenure_runs (priority DESC, fair_round, available_at, id, queue) WHERE status = 'queued';
 -- The runs of a key by status: its running runs are counted by the claim, its running and
 -- queued ones by `tenure concurrency`, and an enqueue reads its key's last round. Runs
 -- without a key are not in it.

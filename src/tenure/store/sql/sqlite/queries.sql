@@ -102,7 +102,7 @@ UPDATE tenure_runs
 
 -- name: claim_run
 -- The claim filtered by id: one named run, if it is queued and claimable now (by its primary
--- key rather than the claimable index, which would walk the backlog to find it). A paused
+-- key rather than the claim-order index, which would walk the backlog to find it). A paused
 -- queue's run is not taken this way either.
 UPDATE tenure_runs
 {_claim_set}
@@ -515,7 +515,7 @@ SELECT {run_columns}, NULL FROM tenure_runs
 
 -- name: run_counts
 -- How many runs are in each status, by termination reason (the dashboard's counts).
--- Queued runs are counted in the claimable index, the others in the listing index.
+-- Queued runs are counted in the claim-order index, the others in the listing index.
 SELECT status, termination_reason, COUNT(*) FROM tenure_runs
  WHERE status <> 'queued'
  GROUP BY status, termination_reason
@@ -777,9 +777,9 @@ DELETE FROM tenure_paused_queues WHERE queue = :queue RETURNING queue;
 SELECT queue, paused_at, paused_by FROM tenure_paused_queues ORDER BY queue;
 
 -- name: queue_counts
--- Runs not yet ended, per queue and status: queued runs counted in the claimable index
+-- Runs not yet ended, per queue and status: queued runs counted in the claim-order index
 -- (which holds the queue), the others through the listing index.
-SELECT queue, 'queued', COUNT(*) FROM tenure_runs INDEXED BY tenure_runs_claimable
+SELECT queue, 'queued', COUNT(*) FROM tenure_runs INDEXED BY tenure_runs_claim_order
  WHERE status = 'queued'
  GROUP BY queue
 UNION ALL
