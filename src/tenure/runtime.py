@@ -65,33 +65,35 @@ def default_database_url() -> str:
     return os.environ.get("TENURE_DATABASE_URL") or DEFAULT_DATABASE_URL
 
 
-_TAIL_BITS = 74  # the random bits after the milliseconds (12 of rand_a, 62 of rand_b)
-_last_id = (0, 0)  # (milliseconds, tail) of the last id this process made
+_last_id = (0, 0)  # (milliseconds, counter) of the last id this process made
 _id_lock = threading.Lock()
 
 
 def new_run_id() -> str:
-    """A UUID version 7 (RFC 9562): 48 bits of Unix milliseconds, then 74 random bits.
+    """A UUID version 7 (RFC 9562): 48 bits of Unix milliseconds, a 12-bit counter, then 62
+    random bits.
 
     Ids that grow with time keep the rows and events of runs enqueued together on the same
     few database pages, where random ids would scatter every batch's writes over the whole
     table; and they sort by age. Within one process they also sort in the order they were
-    made (RFC 9562's monotonic random: an id made in the same millisecond as the one before
-    takes that one's random bits plus one), so that runs one process enqueued in the same
-    millisecond, whose `available_at` are equal, are claimed in that order (SPEC §22: then
-    by id)."""
+    made (RFC 9562's dedicated counter: an id made in the same millisecond as the one
+    before takes that one's counter plus one; a new millisecond starts it at a random
+    value below 1024), so that runs one process enqueued in the same millisecond, whose
+    `available_at` are equal, are claimed in that order (SPEC §22: then by id)."""
     global _last_id
     ms = time.time_ns() // 1_000_000
-    tail = int.from_bytes(os.urandom(10), "big") >> (80 - _TAIL_BITS)
+    bits = int.from_bytes(os.urandom(8), "big")
     with _id_lock:
-        last_ms, last_tail = _last_id
-        if (ms, tail) <= _last_id:
-            ms, tail = last_ms, last_tail + 1
-            if tail >> _TAIL_BITS:  # 2^74 ids in one millisecond: borrow the next one
-                ms, tail = ms + 1, 0
-        _last_id = (ms, tail)
-    rand_a, rand_b = tail >> 62, tail & ((1 << 62) - 1)
-    value = ms << 80 | 0x7 << 76 | rand_a << 64 | 0x2 << 62 | rand_b  # version 7, variant
+        last_ms, last_counter = _last_id
+        if ms <= last_ms:  # the same millisecond, or the clock stepped back
+            ms, counter = last_ms, last_counter + 1
+            if counter > 0xFFF:  # 4096 ids in one millisecond: borrow the next one
+                ms, counter = ms + 1, 0
+        else:
+            counter = bits >> 54  # 10 random bits: room to count on
+        _last_id = (ms, counter)
+    rand_b = bits & ((1 << 62) - 1)
+    value = ms << 80 | 0x7 << 76 | counter << 64 | 0x2 << 62 | rand_b  # version 7, variant
     h = f"{value:032x}"  # str(uuid.UUID(int=value)) builds and checks an object first
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
