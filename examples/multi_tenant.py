@@ -1,4 +1,4 @@
-"""A product that runs reports for many customers on one shared queue (SPEC §22).
+"""A product that runs reports for many customers on one shared queue (docs/queues.md).
 
     python examples/multi_tenant.py              # on sqlite:///tenants.db
     TENURE_DATABASE_URL=postgresql://... python examples/multi_tenant.py
