@@ -12,7 +12,7 @@ ALTER TABLE tenure_runs ADD COLUMN fair_round INTEGER NOT NULL DEFAULT 0;
 -- The claim reads the queued runs in the order it takes them and stops at its limit. It
 -- replaces the index of queued runs by available_at (one index less for every claim and
 -- enqueue to keep); `queue` at its end lets the count of queued runs per queue read it alone.
-DROP INDEX tenure_runs_claimable;
+DROP INDEX IF EXISTS tenure_runs_claimable;
 CREATE INDEX tenure_runs_claim_order
     ON tenure_runs (priority DESC, fair_round, available_at, id, queue) WHERE status = 'queued';
 -- The runs of a key by status: its running runs are counted by the claim, its running and
