@@ -4,17 +4,20 @@
 
 Scenarios, each on its own database: 0, SIZE/10 and SIZE finished runs in the table (each
 with the four events of a one-step run, inserted in bulk by a store helper), and a backlog of
-SIZE/10 queued runs. After the fill comes the background maintenance a table that size would
-have had: a WAL checkpoint (SQLite), VACUUM ANALYZE and a CHECKPOINT (PostgreSQL). All are
+SIZE/10 queued runs, and the same backlog with a concurrency key per run (SIZE/10 keys,
+SPEC §22: the claim's fair order and its check of keys). After the fill comes the
+background maintenance a table that size would have had: a WAL checkpoint (SQLite), VACUUM
+ANALYZE and a CHECKPOINT (PostgreSQL). All are
 filled first; each repetition then measures every scenario in turn, so the machine's noise
 falls on all of them alike: the latency of `claim` of one run (p50 and p99 over CLAIMS
 claims, in this process), then the drain rate of DRAIN more trivial runs by a worker process
 at concurrency 8 (behind the backlog: the first DRAIN runs of it). The ratio column compares
-with the empty table.
+with the empty table; the keyed backlog's claim also with the backlog without keys.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 
@@ -30,11 +33,17 @@ DRAIN = 3000
 ENQUEUE_BATCH = 5000
 
 
-def fill(url: str, finished: int, backlog: int) -> None:
+def fill(url: str, finished: int, backlog: int, keyed: bool = False) -> None:
     with tenure_runtime(url) as rt:
         _bench.seed_finished(rt.store, finished)  # type: ignore[arg-type]
         for start in range(0, backlog, ENQUEUE_BATCH):
-            rt.enqueue_many([trivial() for _ in range(min(ENQUEUE_BATCH, backlog - start))])
+            batch = [trivial() for _ in range(min(ENQUEUE_BATCH, backlog - start))]
+            if keyed:
+                batch = [
+                    dataclasses.replace(r, concurrency_key=f"tenant-{start + i}")
+                    for i, r in enumerate(batch)
+                ]
+            rt.enqueue_many(batch)
         _bench.quiesce(rt.store)  # type: ignore[arg-type]
 
 
@@ -73,7 +82,9 @@ def main() -> None:
         (f"{size // 10:,} finished", size // 10, 0),
         (f"{size:,} finished", size, 0),
         (f"{size // 10:,} queued", 0, size // 10),
+        (f"{size // 10:,} queued, {size // 10:,} keys", 0, size // 10),
     ]
+    keyed = len(scenarios) - 1
     tables = []
     counter = itertools.count()
     with c.scratch_dir() as tmp, c.maybe_postgres(args) as pg:
@@ -90,23 +101,29 @@ def main() -> None:
             # Every scenario is filled first, then measured in turn in each repetition: the
             # machine's noise (other load, reclaim) falls on all of them alike.
             urls = []
-            for label, finished, backlog in scenarios:
+            for i, (label, finished, backlog) in enumerate(scenarios):
                 began = time.perf_counter()
                 urls.append(url_for())
-                fill(urls[-1], finished, backlog)
+                fill(urls[-1], finished, backlog, keyed=i == keyed)
                 print(f"{name}: {label} filled in {time.perf_counter() - began:.0f}s")
             measures = [(c.Series(), c.Series(), c.Series()) for _ in scenarios]
             for _ in range(times):
                 for url, (_, _, backlog), into in zip(urls, scenarios, measures, strict=True):
                     measure(url, backlog, claims, drain_n, into)
             base = measures[0]
-            for (label, _, _), (p50, p99, rate) in zip(scenarios, measures, strict=True):
+            unkeyed = measures[keyed - 1]
+            for i, ((label, _, _), (p50, p99, rate)) in enumerate(
+                zip(scenarios, measures, strict=True)
+            ):
+                against = (
+                    f"; {p50.median / unkeyed[0].median:.2f}x of no keys" if i == keyed else ""
+                )
                 table.add(
                     label,
                     "claim p50 ms",
                     p50,
                     fmt=".3f",
-                    note=f"{p50.median / base[0].median:.2f}x of empty",
+                    note=f"{p50.median / base[0].median:.2f}x of empty{against}",
                 )
                 table.add(
                     label,

@@ -134,6 +134,26 @@ def test_batch_of_documents_with_three_workers(tmp_path: Path, db_url: str) -> N
     assert "summaries stored now: 0" in again.stdout  # the idempotency keys held
 
 
+def test_multi_tenant_priorities_keys_and_schedules(tmp_path: Path, db_url: str) -> None:
+    done = _run("multi_tenant", tmp_path, db_url)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "runs claimed before initech's urgent one: 0"
+    before_globex = int(lines[1].split(": ")[1].split()[0])
+    assert before_globex <= 2, lines[1]  # not behind acme's twelve
+    assert lines[2] == "most acme reports running at once: 2 (limit 2)"
+    assert lines[3] == "15 reports: {'completed': 15}"
+    assert [line.split(":")[0] for line in lines[4:]] == [
+        "digest-acme",
+        "digest-globex",
+        "digest-initech",
+    ]
+    with tenure.Runtime(db_url) as rt:
+        keys = {k.key: k for k in rt.concurrency_keys()}
+        assert keys["acme"].limit == 2 and keys["acme"].running == 0
+        assert len(rt.schedules()) == 3
+
+
 @pytest.fixture
 def chat_server() -> Iterator[ChatServer]:
     server = ChatServer()

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -72,6 +73,8 @@ def _types() -> Any:
         max_cost: float | int | None
         agent: str | None
         input: dict[str, Any] | None
+        priority: int
+        concurrency_key: str | None
 
     return _Types
 
@@ -96,6 +99,8 @@ def _plain_types(r: RunRequest) -> bool:
         and (r.max_cost is None or type(r.max_cost) in (int, float))
         and r.agent is None
         and r.input is None
+        and type(r.priority) is int
+        and (r.concurrency_key is None or type(r.concurrency_key) is str)
     )
 
 
@@ -130,7 +135,15 @@ def _check_shape(r: RunRequest, *, stored: bool = False) -> None:
 
 
 def _check_text(r: RunRequest) -> None:
-    for name in ("prompt", "model", "queue", "idempotency_key", "system", "agent"):
+    for name in (
+        "prompt",
+        "model",
+        "queue",
+        "idempotency_key",
+        "system",
+        "agent",
+        "concurrency_key",
+    ):
         value = getattr(r, name)
         if value is not None:
             check_text(name, value)
@@ -150,6 +163,11 @@ def check_text(name: str, value: str) -> None:
 
 # The longest queue name (both stores hold it as text; the API takes at most this).
 MAX_QUEUE_NAME = 200
+# The longest concurrency key, and the range of priorities (SPEC §22): wide enough for
+# any scheme of levels, narrow enough that no one needs a bigger number to jump the queue.
+MAX_CONCURRENCY_KEY = 200
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
 
 _INT64 = range(-(2**63), 2**63)
 
@@ -223,6 +241,15 @@ def _check_names(r: RunRequest) -> None:
         raise InvalidRequest("idempotency_key must be a non-empty string or None")
     if r.system is not None and not isinstance(r.system, str):
         raise InvalidRequest("system must be a string or None")
+    check_concurrency_key(r.concurrency_key)
+
+
+def check_concurrency_key(key: Any) -> None:
+    if key is not None and (not isinstance(key, str) or not key or len(key) > MAX_CONCURRENCY_KEY):
+        raise InvalidRequest(
+            f"concurrency_key must be None or a non-empty string of at most "
+            f"{MAX_CONCURRENCY_KEY} characters"
+        )
 
 
 def _check_limits(r: RunRequest) -> None:
@@ -234,6 +261,14 @@ def _check_limits(r: RunRequest) -> None:
         raise InvalidRequest(
             f"max_iterations must be an integer from 1 to {MAX_ITERATIONS_CEILING}, "
             f"got {r.max_iterations!r}"
+        )
+    if (
+        not isinstance(r.priority, int)
+        or isinstance(r.priority, bool)
+        or not PRIORITY_MIN <= r.priority <= PRIORITY_MAX
+    ):
+        raise InvalidRequest(
+            f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, got {r.priority!r}"
         )
     if r.max_tokens is not None and (not isinstance(r.max_tokens, int) or r.max_tokens <= 0):
         raise InvalidRequest("max_tokens must be a positive integer or None")
@@ -251,6 +286,11 @@ def to_json(request: RunRequest) -> dict[str, Any]:
     data["tools"] = list(request.tools)
     if request.agent is None:  # a built-in run is stored as the version before agents did
         del data["agent"], data["input"]
+    # Likewise a run with neither a priority nor a key (SPEC §22): as before they existed.
+    if request.priority == 0:
+        del data["priority"]
+    if request.concurrency_key is None:
+        del data["concurrency_key"]
     return data
 
 
@@ -291,14 +331,34 @@ def dumps_checked(data: dict[str, Any]) -> str:
         return _json.dumps(data)
 
 
+_last_id = (0, 0)  # (milliseconds, counter) of the last id this process made
+_id_lock = threading.Lock()
+
+
 def new_run_id() -> str:
-    """A UUID version 7 (RFC 9562): 48 bits of Unix milliseconds, then 74 random bits.
+    """A UUID version 7 (RFC 9562): 48 bits of Unix milliseconds, a 12-bit counter, then 62
+    random bits.
 
     Ids that grow with time keep the rows and events of runs enqueued together on the same
     few database pages, where random ids would scatter every batch's writes over the whole
-    table; and they sort by age."""
-    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
-    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
-    value = value & ~(0x3 << 62) | 0x2 << 62  # the RFC 9562 variant
+    table; and they sort by age. Within one process they also sort in the order they were
+    made (RFC 9562's dedicated counter: an id made in the same millisecond as the one
+    before takes that one's counter plus one; a new millisecond starts it at a random
+    value below 1024), so that runs one process enqueued in the same millisecond, whose
+    `available_at` are equal, are claimed in that order (SPEC §22: then by id)."""
+    global _last_id
+    ms = time.time_ns() // 1_000_000
+    bits = int.from_bytes(os.urandom(8), "big")
+    with _id_lock:
+        last_ms, last_counter = _last_id
+        if ms <= last_ms:  # the same millisecond, or the clock stepped back
+            ms, counter = last_ms, last_counter + 1
+            if counter > 0xFFF:  # 4096 ids in one millisecond: borrow the next one
+                ms, counter = ms + 1, 0
+        else:
+            counter = bits >> 54  # 10 random bits: room to count on
+        _last_id = (ms, counter)
+    rand_b = bits & ((1 << 62) - 1)
+    value = ms << 80 | 0x7 << 76 | counter << 64 | 0x2 << 62 | rand_b  # version 7, variant
     h = f"{value:032x}"  # str(uuid.UUID(int=value)) builds and checks an object first
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -190,6 +190,9 @@ class Run:
     # without a parent).
     parent_id: str | None = None
     root_id: str | None = None
+    # SPEC §22: the run's priority and concurrency key.
+    priority: int = 0
+    concurrency_key: str | None = None
     # Set when the row could not be fully decoded (a corrupt value, a timestamp out of
     # range): which fields, and why. Those fields hold None, or for a required timestamp
     # 0001-01-01 UTC; the rest of the row is as stored.
@@ -264,6 +267,11 @@ class RunRequest:
     # checked against its signature at enqueue. `prompt` is then optional.
     agent: str | None = None
     input: dict[str, Any] | None = None
+    # A queue shared by many tenants (SPEC §22): a higher priority is claimed first within a
+    # queue (PRIORITY_MIN..PRIORITY_MAX); at most the key's limit of runs with the same
+    # concurrency key run at once (`Runtime.set_concurrency_limit`).
+    priority: int = 0
+    concurrency_key: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.tools, list):

@@ -30,7 +30,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -90,6 +90,7 @@ class Worker:
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         reap_interval: float | None = None,
         grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        fire_schedules: Callable[[], int] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -100,6 +101,7 @@ class Worker:
         self.poll_interval = poll_interval
         self.reap_interval = reap_interval or engine.settings.lease_seconds / 4
         self.grace_seconds = grace_seconds
+        self._fire_schedules = fire_schedules
         self.identity = worker_identity()
         self.stats = WorkerStats()
         self.prefetch = max(MIN_PREFETCH, PREFETCH_PER_SLOT * concurrency)
@@ -424,6 +426,15 @@ class Worker:
             self.stats.reaped += report.requeued + report.dead_lettered
             if report.requeued:
                 self._wake.set()
+            if self._fire_schedules is None:
+                continue
+            # Every worker fires due schedules (SPEC §22); a tick another worker fired first
+            # is not fired again (the schedule's compare-and-set, then its idempotency key).
+            try:
+                if self._fire_schedules():
+                    self._wake.set()
+            except Exception as exc:
+                log.log(retry_log_level(exc), "schedule pass failed: %s", describe(exc))
 
     # -- drain ---------------------------------------------------------------------------
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
-from tenure import _budget, _fork, _policy, _requests
+from tenure import _budget, _fork, _policy, _requests, _schedules
 from tenure._capacity import Capacity, unused_model
 from tenure._errors import DecisionConflict, ForkRefused, InvalidRequest, UnknownModel
 from tenure._follow import follow
@@ -19,6 +21,7 @@ from tenure._ladder import Engine, Segment, Settings
 from tenure._limits import Limits
 from tenure._publisher import DeltaPublisher
 from tenure._reaper import DEFAULT_REAP_LIMIT, Reaper
+from tenure._schedules import Schedule
 from tenure._types import (
     Delta,
     Event,
@@ -43,6 +46,7 @@ from tenure.store import open_store
 from tenure.store._base import (
     Budget,
     Claimed,
+    ConcurrencyKey,
     ModelState,
     NewEvent,
     NewFork,
@@ -54,6 +58,8 @@ from tenure.store._records import NO_USAGE, QUEUE_TOTALS_WINDOW, QueueState
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DATABASE_URL = "sqlite:///tenure.db"
+
+log = logging.getLogger("tenure.schedules")
 
 
 def default_database_url() -> str:
@@ -297,6 +303,8 @@ class Runtime:
             idempotency_key=request.idempotency_key,
             delay=delay,
             events=(NewEvent(EventKind.REQUEST, data, text),),
+            priority=request.priority,
+            concurrency_key=request.concurrency_key,
         )
 
     # -- running -------------------------------------------------------------------------
@@ -365,6 +373,7 @@ class Runtime:
             poll_interval=poll_interval,
             reap_interval=self.reap_interval,
             grace_seconds=grace_seconds,
+            fire_schedules=self.fire_schedules,
         )
 
     def work(
@@ -440,8 +449,9 @@ class Runtime:
 
         An approved write then runs fenced as always; a denial goes back to the model as
         the call's result. The continuation is queued for a worker (returns None), or with
-        `execute="inline"` runs here (returns its RunResult). Of two concurrent decisions
-        one wins; the other raises DecisionConflict.
+        `execute="inline"` runs here (returns its RunResult), unless the run has a
+        concurrency key: it is then queued, for a worker's claim keeps the key's limit. Of
+        two concurrent decisions one wins; the other raises DecisionConflict.
         """
         _check_decider(decided_by, execute)
         if note is not None and not isinstance(note, str):
@@ -499,6 +509,12 @@ class Runtime:
         event: NewEvent,
         execute: str,
     ) -> RunResult | None:
+        if execute != "queue":
+            # A run with a concurrency key starts again only through a worker's claim,
+            # which keeps its key's limit (SPEC §22): a decision continued here would not.
+            run = self.store.get_run(run_id)
+            if run is not None and run.concurrency_key is not None:
+                execute = "queue"
         if execute == "queue":
             if not self.store.decide_queued(run_id, expected, decision, event):
                 raise DecisionConflict(f"run {run_id} is no longer {expected}")
@@ -618,6 +634,95 @@ class Runtime:
 
     def paused_queues(self) -> list[PausedQueue]:
         return self.store.paused_queues()
+
+    def set_concurrency_limit(self, key: str, limit: int | None) -> bool:
+        """At most `limit` runs with this `RunRequest.concurrency_key` run at once, across
+        every worker and host on this database (SPEC §22), enforced by the claim from the
+        next claim on (runs already running go on). 0 holds the key's runs queued; None
+        removes the limit (False when there was none). A queued run of a full key waits: it
+        is not claimed, not charged, and not an attempt."""
+        _requests.check_concurrency_key(key)
+        if key is None:
+            raise InvalidRequest("a concurrency key must be a non-empty string")
+        _requests.check_text("key", key)
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit < 2**31
+        ):
+            raise InvalidRequest(
+                f"a concurrency limit must be a whole number from 0 to {2**31 - 1}, or None, "
+                f"got {limit!r}"
+            )
+        return self.store.set_concurrency_limit(key, limit)
+
+    # -- schedules (SPEC §22) ----------------------------------------------------------
+
+    def schedule(
+        self, name: str, *, cron: str, request: RunRequest, timezone: str = "UTC"
+    ) -> Schedule:
+        """Store (or change) a schedule: at each tick of `cron` (minute hour day month
+        weekday, read in `timezone`) one run of `request` is enqueued, by whichever worker
+        fires it first; its idempotency key is `schedule:NAME:TICK`. A bad name, cron
+        expression, time zone or request raises InvalidRequest and stores nothing."""
+        _schedules.check_name(name)
+        _requests.check_text("name", name)
+        _schedules.check_cron(cron)
+        zone = _schedules.zone(timezone)
+        request = self._validate(request)
+        if request.idempotency_key is not None:
+            raise InvalidRequest(
+                "a scheduled request takes no idempotency_key: each tick's is schedule:NAME:TICK"
+            )
+        text = _requests.dumps_checked(_requests.to_json(request))
+        following = _schedules.next_after(cron, zone, self.store.now())
+        self.store.put_schedule(name, cron, timezone, text, following)
+        return next(s for s in self.store.schedules() if s.name == name)
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule, by name, with its next and last fire."""
+        return self.store.schedules()
+
+    def pause_schedule(self, name: str) -> bool:
+        """No tick fires until it is resumed; False when it was paused already."""
+        return self.store.pause_schedule(_schedules.check_name(name))
+
+    def resume_schedule(self, name: str) -> bool:
+        """Fires again from its next tick after now (ticks that fell while it was paused
+        do not fire); False when it was not paused."""
+        found = [s for s in self.store.schedules() if s.name == _schedules.check_name(name)]
+        if not found:
+            return False
+        zone = _schedules.zone(found[0].timezone)
+        following = _schedules.next_after(found[0].cron, zone, self.store.now())
+        return self.store.resume_schedule(name, following)
+
+    def delete_schedule(self, name: str) -> bool:
+        """Removes the schedule (runs it enqueued stay); False when there was none."""
+        return self.store.delete_schedule(_schedules.check_name(name))
+
+    def fire_schedules(self) -> int:
+        """Fire every due schedule once, for its latest tick; how many fired here. Each
+        worker calls this in its maintenance pass."""
+        return _schedules.Scheduler(
+            lambda: (self.store.now(), self.store.due_schedules()), self._fire_one
+        ).fire_due()
+
+    def _fire_one(
+        self, schedule: Schedule, seen: Any, tick: datetime, following: datetime
+    ) -> str | None:
+        data = dict(schedule.request or {})
+        data["idempotency_key"] = _schedules.tick_key(schedule.name, tick)
+        try:
+            request = _requests.from_json(_requests.dumps(data))
+        except InvalidRequest as exc:
+            log.error("schedule %s: its stored request is unusable: %s", schedule.name, exc)
+            return None
+        run = self._new_run(request, interactive=False)
+        return self.store.fire_schedule(schedule.name, seen, tick, following, run)
+
+    def concurrency_keys(self) -> list[ConcurrencyKey]:
+        """Every concurrency key with a limit or with runs queued or running: its limit,
+        its runs running and queued (SPEC §22)."""
+        return self.store.concurrency_keys()
 
     def queues(self, window: float = QUEUE_TOTALS_WINDOW) -> list[QueueState]:
         """Every queue that is paused, has runs not yet ended or had runs end in the last

@@ -131,6 +131,25 @@ def test_inline_approval_runs_the_write_fenced_under_a_new_lease(
     assert run is not None and run.attempt == 1
 
 
+def test_an_inline_approval_of_a_keyed_run_is_queued_for_a_claim_that_keeps_the_limit(
+    runtime: tenure.Runtime,
+) -> None:
+    """SPEC §22: continued here, the run would start without the claim's check of its
+    key's limit; it goes back to the queue and waits there while the key is full."""
+    calls = gated(runtime)
+    run_id = runtime.enqueue(pay_request(concurrency_key="tenant"))
+    runtime.run_queued(run_id)
+    runtime.set_concurrency_limit("tenant", 0)
+    assert runtime.approve(run_id, True, decided_by="ada", execute="inline") is None
+    run = runtime.status(run_id)
+    assert run is not None and run.status is RunStatus.QUEUED
+    assert runtime.run_queued(run_id) is None  # the key is full: not claimable
+    runtime.set_concurrency_limit("tenant", 1)
+    result = runtime.run_queued(run_id)
+    assert result is not None and result.outcome is Outcome.COMPLETED
+    assert calls["pay"] == [(5, 2)]
+
+
 def _decision(runtime: tenure.Runtime, run_id: str, approved: bool) -> str:
     try:
         runtime.approve(run_id, approved, decided_by="x")

@@ -15,6 +15,11 @@ def _as_json(request: RunRequest) -> dict[str, Any]:
     data["tools"] = list(request.tools)
     if request.agent is None:  # a built-in run's stored form is the one before agents
         del data["agent"], data["input"]
+    # ... and a run without a priority or a key (SPEC §22), the one before them.
+    if request.priority == 0:
+        del data["priority"]
+    if request.concurrency_key is None:
+        del data["concurrency_key"]
     return data
 
 
@@ -28,6 +33,9 @@ def test_the_request_event_is_the_stored_request(runtime: tenure.Runtime) -> Non
         max_cost=1.5,
     )
     run_id = runtime.enqueue(request, delay=0.0)
+    keyed = dataclasses.replace(request, idempotency_key=None, priority=-3, concurrency_key="t")
+    stored = runtime.events(runtime.enqueue(keyed))[0].payload
+    assert (stored["priority"], stored["concurrency_key"]) == (-3, "t")
     first = runtime.events(run_id)[0]
     assert first.kind is EventKind.REQUEST and first.sequence == 0
     assert first.payload == _as_json(request)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
+from tenure._requests import new_run_id
 from tenure._types import EventKind, TerminationReason, ToolEffect
 from tenure.store import Claimed, Lease, NewEvent, NewRun, Settlement, Store
 from tenure.store._base import StaleRun
@@ -22,7 +22,7 @@ def new_run(
     request: str | None = REQUEST,
 ) -> NewRun:
     return NewRun(
-        run_id=str(uuid.uuid4()),
+        run_id=new_run_id(),
         queue=queue,
         request=request,
         idempotency_key=key,
@@ -36,7 +36,7 @@ def as_enqueued(request: dict[str, object], key: str | None = None) -> NewRun:
     stored request's own text (PostgreSQL then sends that text once)."""
     text = json.dumps(request, separators=(",", ":"))
     event = NewEvent(EventKind.REQUEST, request, text)
-    return NewRun(str(uuid.uuid4()), "default", text, key, events=(event,))
+    return NewRun(new_run_id(), "default", text, key, events=(event,))
 
 
 def enqueue(store: Store, **kwargs: object) -> str:

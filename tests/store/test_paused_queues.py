@@ -66,6 +66,17 @@ def test_a_database_of_the_schema_before_pauses_upgrades(db_url: str) -> None:
     # what later migrations added.
     raw_execute(db_url, "DROP TABLE tenure_paused_queues")
     raw_execute(db_url, "ALTER TABLE tenure_runs DROP COLUMN deadline_token")
+    raw_execute(db_url, "DROP TABLE tenure_concurrency_limits")
+    raw_execute(db_url, "DROP TABLE tenure_schedules")
+    for index in ("tenure_runs_claim_order", "tenure_runs_key"):
+        raw_execute(db_url, f"DROP INDEX {index}")
+    for column in ("priority", "concurrency_key", "fair_round"):
+        raw_execute(db_url, f"ALTER TABLE tenure_runs DROP COLUMN {column}")
+    raw_execute(
+        db_url,
+        "CREATE INDEX tenure_runs_claimable ON tenure_runs (available_at, queue) "
+        "WHERE status = 'queued'",
+    )
     raw_execute(db_url, "DELETE FROM tenure_schema_version WHERE version > 12")
 
     upgraded = open_store(db_url)

@@ -169,7 +169,7 @@ def explain_claim(url: str) -> str:
     return "\n".join(r[0] for r in rows)
 
 
-def test_the_claim_uses_the_partial_index_however_many_runs_are_finished(
+def test_the_claim_reads_its_partial_index_in_order_however_many_runs_are_finished(
     pg: PostgresStore, pg_url: str
 ) -> None:
     sql(
@@ -184,12 +184,13 @@ def test_the_claim_uses_the_partial_index_however_many_runs_are_finished(
         enqueue(pg)
     sql(pg_url, "ANALYZE tenure_runs")
     plan = explain_claim(pg_url)
-    assert "tenure_runs_claimable" in plan, plan
+    assert "tenure_runs_claim_order" in plan, plan
+    assert "Sort" not in plan, plan  # the priority order is the index's own
     assert "Seq Scan on tenure_runs" not in plan, plan
     assert len(pg.claim("worker:a", None, 30, 10)) == 5
 
 
-def test_the_claim_uses_the_partial_index_while_queues_are_paused(
+def test_the_claim_reads_its_partial_index_in_order_while_queues_are_paused(
     pg: PostgresStore, pg_url: str
 ) -> None:
     """The check of paused queues filters the scan of the claimable index; it must not make
@@ -209,7 +210,7 @@ def test_the_claim_uses_the_partial_index_while_queues_are_paused(
     sql(pg_url, "ANALYZE tenure_runs")
     sql(pg_url, "ANALYZE tenure_paused_queues")
     plan = explain_claim(pg_url)
-    assert "tenure_runs_claimable" in plan, plan
+    assert "tenure_runs_claim_order" in plan, plan
     assert "Sort" not in plan, plan
     assert "Seq Scan on tenure_runs" not in plan, plan
     assert len(pg.claim("worker:a", None, 30, 10)) == 5

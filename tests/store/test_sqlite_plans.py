@@ -96,6 +96,15 @@ def test_a_query_reads_the_run_tables_through_an_index(
     assert scans == covering, f"{name} scans a run table: {plan}"
 
 
+def test_the_claim_reads_the_queued_runs_in_its_own_order(migrated: sqlite3.Connection) -> None:
+    """Highest priority first, then the oldest (SPEC §22), straight from the index: no
+    sort of the backlog at each claim."""
+    for name in ("claim",):
+        plan = _plan(migrated, Q[name])
+        assert any("tenure_runs_claim_order" in step for step in plan), plan
+        assert not any("TEMP B-TREE" in step for step in plan), plan
+
+
 def test_the_counts_and_the_reaper_read_the_listing_index_without_queued_runs(
     migrated: sqlite3.Connection,
 ) -> None:

@@ -70,11 +70,23 @@ def _all_rows(path: Path, table: str = "tenure_runs") -> list[tuple[object, ...]
 
 def _as_before(path: Path, before: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
     """The run rows now, in the columns they had before; a column added by a later
-    migration (appended at the end) holds nothing yet."""
+    migration (appended at the end) holds nothing yet, or its declared default."""
     width = len(before[0])
     rows = _all_rows(path)
-    assert all(set(row[width:]) <= {None} for row in rows)
+    with sqlite3.connect(path) as conn:
+        info = conn.execute("PRAGMA table_info(tenure_runs)").fetchall()
+    conn.close()
+    defaults = [None if d is None else conn_literal(d) for *_, d, _pk in info][width:]
+    assert all(row[width + i] in (None, d) for row in rows for i, d in enumerate(defaults))
     return [row[:width] for row in rows]
+
+
+def conn_literal(sql: str) -> object:
+    """A column default as SQLite declares it (a literal), as the value it stores."""
+    with sqlite3.connect(":memory:") as conn:
+        value = conn.execute(f"SELECT {sql}").fetchone()[0]
+    conn.close()
+    return value
 
 
 @pytest.fixture

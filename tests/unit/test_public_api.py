@@ -106,6 +106,9 @@ def test_runtime_methods() -> None:
         "status",
         "events", "runs", "reap", "redrive", "purge", "close", "__enter__", "__exit__",
         "stream",
+        # SPEC §22
+        "set_concurrency_limit", "concurrency_keys", "schedule", "schedules",
+        "pause_schedule", "resume_schedule", "delete_schedule", "fire_schedules",
     ):  # fmt: skip
         assert callable(getattr(tenure.Runtime, name)), name
     assert list(inspect.signature(tenure.Runtime.work).parameters)[1:4] == [
@@ -124,6 +127,7 @@ def test_records_are_frozen_dataclasses_with_the_spec_fields() -> None:
         "pending_effect", "attempt", "error_class", "error", "output", "input_tokens",
         "output_tokens", "cost", "created_at", "started_at", "finished_at", "updated_at",
         "waiting", "wait_deadline", "fence_probe", "forked_from", "parent_id", "root_id",
+        "priority", "concurrency_key",  # SPEC §22
         "damaged",
     ]  # fmt: skip
     assert [f.name for f in dataclasses.fields(tenure.Event)] == [

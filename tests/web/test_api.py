@@ -109,7 +109,7 @@ def test_enqueue_validates_and_returns_the_id(client: TestClient, rt: tenure.Run
     assert script.status_code == 400
     shape = client.post("/api/runs", json={"prompt": "", "max_iterations": 0}, headers=AUTH)
     assert shape.status_code == 422
-    extra = client.post("/api/runs", json={"prompt": "x", "priority": 9}, headers=AUTH)
+    extra = client.post("/api/runs", json={"prompt": "x", "urgency": 9}, headers=AUTH)
     assert extra.status_code == 422
     nul = client.post("/api/runs", json={"prompt": "x", "metadata": {"k": "a\x00b"}}, headers=AUTH)
     assert nul.status_code == 422 and "NUL" in nul.json()["error"]

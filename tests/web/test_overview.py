@@ -278,6 +278,8 @@ def test_queues_and_workers_in_the_api(any_client: TestClient, any_rt: tenure.Ru
             "output_tokens": 0,
             "cost": 0.0,
             "totals_window_seconds": 86_400.0,
+            "priorities": {"0": 1},  # the queued runs by priority and by key (SPEC §22)
+            "keys": {},
         }
     ]
     (worker,) = any_client.get("/api/workers", headers=AUTH).json()

@@ -27,10 +27,23 @@ _SHOWN = {"tools": "--tool", "queues": "--queue", "run_id": "RUN", "name": "NAME
 # Commands that only read: on SQLite, a file that is not there is a mistake, not a new
 # database. (`serve` checks it too, after its own usage checks.)
 READ_ONLY = frozenset(
-    {"runs", "status", "events", "audit", "pending", "models", "workers", "queues"}
+    {
+        "runs",
+        "status",
+        "events",
+        "audit",
+        "pending",
+        "models",
+        "workers",
+        "queues",
+        "concurrency",
+        "schedules",
+    }
 )
 # Commands that need nothing of the app but its database (no tool, no model, no setting).
-STORE_ONLY = frozenset({"runs", "status", "events", "workers", "queues"})
+STORE_ONLY = frozenset(
+    {"runs", "status", "events", "workers", "queues", "concurrency", "schedules"}
+)
 # Commands that run until stopped, riding out a database outage; every other one gives up
 # on a PostgreSQL server that does not answer within seconds.
 LONG_RUNNING = frozenset({"worker", "serve"})

@@ -124,6 +124,8 @@ def _request(args: argparse.Namespace) -> RunRequest:
         idempotency_key=args.idempotency_key,
         max_iterations=args.max_iterations,
         script=_read_script(args.script),
+        priority=args.priority,
+        concurrency_key=args.concurrency_key,
     )
 
 
@@ -239,7 +241,11 @@ def runs(ctx: Context, args: argparse.Namespace) -> int:
     if args.json:
         print_json([r.to_json() for r in found])
     elif found:
-        runs_table(found)
+        # A queued run whose key is at its limit says so (SPEC §22); read only when a
+        # listed queued run has a key.
+        keyed = any(r.concurrency_key and r.status is RunStatus.QUEUED for r in found)
+        full = {k.key for k in ctx.app.concurrency_keys() if k.full} if keyed else set()
+        runs_table(found, full)
     else:
         out.print("no runs")
     return 0
@@ -498,6 +504,18 @@ def queues(ctx: Context, args: argparse.Namespace) -> int:
     return queues_command(ctx, args)
 
 
+def concurrency(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure.cli._queues import concurrency_command
+
+    return concurrency_command(ctx, args)
+
+
+def schedules(ctx: Context, args: argparse.Namespace) -> int:
+    from tenure.cli._queues import schedules_command
+
+    return schedules_command(ctx, args)
+
+
 def serve(ctx: Context, args: argparse.Namespace) -> int:
     from tenure.cli._serve import serve as run_server
 
@@ -526,5 +544,7 @@ HANDLERS = {
     "crashtest": crashtest,
     "workers": workers,
     "queues": queues,
+    "concurrency": concurrency,
+    "schedules": schedules,
     **human_handlers,
 }

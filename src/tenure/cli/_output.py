@@ -107,7 +107,9 @@ def _line(cells: Sequence[Text], widths: Sequence[int]) -> Text:
     return line
 
 
-def runs_table(runs: Sequence[Run]) -> None:
+def runs_table(runs: Sequence[Run], full_keys: set[str] | frozenset[str] = frozenset()) -> None:
+    """The runs, one a line; a queued run whose concurrency key is in `full_keys` (at its
+    limit) says in the last column that it waits for its key."""
     table(
         ["id", "queue", "status", "reason", "attempt", "requeues", "fence", "updated", "error"],
         (
@@ -120,11 +122,17 @@ def runs_table(runs: Sequence[Run]) -> None:
                 str(r.requeue_count),
                 str(r.pending_effect or ""),
                 when(r.updated_at),
-                clip(f"DAMAGED {r.damaged}" if r.damaged else r.error, 60),
+                clip(f"DAMAGED {r.damaged}" if r.damaged else _why(r, full_keys), 60),
             ]
             for r in runs
         ),
     )
+
+
+def _why(run: Run, full_keys: set[str] | frozenset[str]) -> str:
+    if run.status is RunStatus.QUEUED and run.concurrency_key in full_keys:
+        return f"waits for key {run.concurrency_key} (at its limit)"
+    return run.error
 
 
 def _limit(value: float | None) -> str:

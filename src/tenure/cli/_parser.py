@@ -19,6 +19,7 @@ from tenure._policy import (
     MAX_DELAY_SECONDS,
     MAX_ITERATIONS_CEILING,
 )
+from tenure._requests import PRIORITY_MAX, PRIORITY_MIN
 from tenure.cli._human import add_parsers as add_human_parsers
 from tenure.cli._output import err
 
@@ -221,6 +222,18 @@ def _request_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="model turns the run may take",
     )
+    p.add_argument(
+        "--priority",
+        type=whole_number(PRIORITY_MIN, PRIORITY_MAX),
+        default=0,
+        metavar="P",
+        help=f"claimed before runs of a lower one ({PRIORITY_MIN} to {PRIORITY_MAX})",
+    )
+    p.add_argument(
+        "--concurrency-key",
+        metavar="KEY",
+        help="held to the key's limit (`tenure concurrency set KEY N`), shared fairly",
+    )
 
 
 def _filter_options(p: argparse.ArgumentParser, what: str = "only runs") -> None:
@@ -380,6 +393,33 @@ def build(handlers: dict[str, Handler]) -> Parser:
         description="workers claim the queue's runs again",
     )
     resume.add_argument("name", metavar="NAME", help="the queue")
+
+    p = command(
+        "concurrency",
+        "concurrency keys: limit, runs running and queued; set a key's limit",
+    )
+    p.add_argument("--json", action="store_true", help="a JSON array of key objects")
+    actions = p.add_subparsers(dest="concurrency_action", metavar="ACTION", parser_class=Parser)
+    limit = actions.add_parser(
+        "set",
+        help="at most N runs of the key run at once, on every worker (none: no limit)",
+        description="at most N runs with this concurrency key run at once, across every "
+        "worker and host, from the next claim on (runs already running go on); 0 holds them "
+        "queued, none removes the limit",
+    )
+    limit.add_argument("key", metavar="KEY", help="the concurrency key")
+    limit.add_argument("limit", metavar="N", help="a whole number, 0 or more, or none")
+
+    p = command("schedules", "cron schedules: next and last fire; pause, resume or delete one")
+    p.add_argument("--json", action="store_true", help="a JSON array of schedule objects")
+    actions = p.add_subparsers(dest="schedule_action", metavar="ACTION", parser_class=Parser)
+    for name, what in (
+        ("pause", "no tick of the schedule fires until it is resumed"),
+        ("resume", "the schedule fires again from its next tick after now"),
+        ("delete", "remove the schedule (the runs it enqueued stay)"),
+    ):
+        action = actions.add_parser(name, help=what, description=what)
+        action.add_argument("name", metavar="NAME", help="the schedule")
 
     p = command("models", "every model: its limits, calls in flight and circuit")
     p.add_argument("--json", action="store_true", help="a JSON array of model objects")

@@ -28,6 +28,7 @@ from tenure.store._records import (
     BudgetGrant,
     ChildState,
     Claimed,
+    ConcurrencyKey,
     ForkState,
     Grant,
     Held,
@@ -44,6 +45,7 @@ from tenure.store._records import (
 )
 
 if TYPE_CHECKING:
+    from tenure._schedules import Schedule
     from tenure.store._deltas import DeltaFeed, DeltaPiece
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "BudgetGrant",
     "ChildState",
     "Claimed",
+    "ConcurrencyKey",
     "ForkState",
     "Grant",
     "Held",
@@ -361,6 +364,35 @@ class Store(Protocol):
     def queue_totals(self, window: float) -> dict[str, Usage]:
         """Tokens and cost per queue: of the runs that ended in the last `window` seconds
         and of the runs not yet ended (what they spent so far). Reads only those runs."""
+
+    def set_concurrency_limit(self, key: str, limit: int | None) -> bool:
+        """At most `limit` runs of `key` running at once, enforced by the claim (SPEC §22);
+        None removes the limit (False when there was none)."""
+
+    def concurrency_keys(self) -> list[ConcurrencyKey]:
+        """Every key with a limit or with runs queued or running, by name."""
+
+    def put_schedule(
+        self, name: str, cron: str, timezone: str, request: str, next_fire: datetime
+    ) -> None:
+        """Store a schedule, or change one (keeping whether it is paused, and its fires)."""
+
+    def schedules(self) -> list[Schedule]: ...
+
+    def due_schedules(self, limit: int = 100) -> list[tuple[Schedule, Any]]:
+        """Schedules not paused whose next tick has come, each with that tick as stored."""
+
+    def fire_schedule(
+        self, name: str, seen: Any, tick: datetime, following: datetime, run: NewRun
+    ) -> str | None:
+        """Advance the schedule from `seen` to `following` and enqueue the tick's run, in
+        one transaction; None when the schedule moved since it was read."""
+
+    def pause_schedule(self, name: str) -> bool: ...
+
+    def resume_schedule(self, name: str, next_fire: datetime) -> bool: ...
+
+    def delete_schedule(self, name: str) -> bool: ...
 
     def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call `wake` when runs may have become claimable (enqueue, requeue, redrive).

@@ -4,8 +4,10 @@ Every one is guarded by the lease it names; None or False means it did not apply
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
+from tenure._errors import StoreError
 from tenure._json import dumps
 from tenure._types import (
     EventKind,
@@ -16,6 +18,7 @@ from tenure._types import (
 )
 from tenure.store._base import NO_USAGE, ChildState, Claimed, Lease, NewEvent, NewRun, Settlement
 from tenure.store._sqlbase import (
+    ClaimRow,
     Cursor,
     SQLBase,
     _event_rows,
@@ -33,38 +36,62 @@ class OwnerTransitions(SQLBase):
         return self.enqueue_many([run])[0]
 
     def enqueue_many(self, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
-        def tx(cur: Cursor) -> list[tuple[str, bool]]:
-            out = []
-            events: list[dict[str, Any]] = []  # every run's events, one insert at the end
-            for run in runs:
-                cur.execute(
-                    self._q["enqueue"],
-                    {
-                        "id": run.run_id,
-                        "queue": run.queue,
-                        "request": run.request,
-                        "idempotency_key": run.idempotency_key,
-                        "delay": run.delay,
-                        "last_sequence": len(run.events) - 1,
-                        "parent_id": run.parent_id,
-                        "root_id": run.root_id,
-                    },
-                )
-                # No row inserted (by the statement's count: SQLite's enqueue has no
-                # RETURNING, which costs it a result table per insert): the key is taken.
-                if cur.rowcount == 0:
-                    existing = cur.execute(
-                        self._q["find_by_idempotency_key"],
-                        {"idempotency_key": run.idempotency_key},
-                    ).fetchone()
-                    out.append((existing[0], False))
-                    continue
-                _event_rows(events, run.run_id, len(run.events) - 1, 0, 0, run.events)
-                out.append((run.run_id, True))
-            self._insert_events(cur, events)
-            return out
+        return self._write(lambda cur: self._enqueue_in(cur, runs))
+
+    def fire_schedule(
+        self, name: str, seen: Any, tick: datetime, following: datetime, run: NewRun
+    ) -> str | None:
+        """A schedule's tick: the schedule advances from the next tick it was read with
+        (`seen`) to `following`, and the tick's run is enqueued, in one transaction; None
+        when the schedule moved since it was read (another worker fired it, or it was
+        paused, changed or deleted)."""
+        params = {
+            "name": name,
+            "seen": seen,
+            "tick": self._time_param(tick),
+            "next_fire": self._time_param(following),
+            "run_id": run.run_id,
+        }
+
+        def tx(cur: Cursor) -> str | None:
+            if cur.execute(self._q["advance_schedule"], params).fetchone() is None:
+                return None
+            return self._enqueue_in(cur, [run])[0][0]
 
         return self._write(tx)
+
+    def _enqueue_in(self, cur: Cursor, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
+        out = []
+        events: list[dict[str, Any]] = []  # every run's events, one insert at the end
+        for run in runs:
+            cur.execute(
+                self._q["enqueue"],
+                {
+                    "id": run.run_id,
+                    "queue": run.queue,
+                    "request": run.request,
+                    "idempotency_key": run.idempotency_key,
+                    "delay": run.delay,
+                    "last_sequence": len(run.events) - 1,
+                    "priority": run.priority,
+                    "concurrency_key": run.concurrency_key,
+                    "parent_id": run.parent_id,
+                    "root_id": run.root_id,
+                },
+            )
+            # No row inserted (by the statement's count: SQLite's enqueue has no
+            # RETURNING, which costs it a result table per insert): the key is taken.
+            if cur.rowcount == 0:
+                existing = cur.execute(
+                    self._q["find_by_idempotency_key"],
+                    {"idempotency_key": run.idempotency_key},
+                ).fetchone()
+                out.append((existing[0], False))
+                continue
+            _event_rows(events, run.run_id, len(run.events) - 1, 0, 0, run.events)
+            out.append((run.run_id, True))
+        self._insert_events(cur, events)
+        return out
 
     def start(self, run: NewRun, owner: str, lease_seconds: float) -> Lease:
         def tx(cur: Cursor) -> None:
@@ -104,7 +131,42 @@ class OwnerTransitions(SQLBase):
         events: list[dict[str, Any]] | None = None,
     ) -> list[Claimed]:
         rows = cur.execute(self._q["claim"], params).fetchall()
-        return self._claimed(cur, rows, owner, events=events)
+        return self._claimed(cur, self._within_limits(cur, rows, owner), owner, events=events)
+
+    def _within_limits(self, cur: Cursor, rows: list[ClaimRow], owner: str) -> list[ClaimRow]:
+        """The claimed rows, less those beyond their concurrency key's limit, which go back
+        queued in this same transaction (SPEC §22). The claim passed over the runs of a full
+        key, but it may take several runs of one key at once, and on a store where claims
+        run side by side two claims may each have seen room for the last one: the keys are
+        locked, then their running runs counted again, this claim's own included.
+        A claim of runs without a limited key (as its statement saw the limits) does none
+        of this: a limit set since applies from the next claim on."""
+        keys = sorted({row[8] for row in rows if row[11]})
+        if not keys:
+            return rows
+        self._lock_keys(cur, keys)
+        over = {
+            key: int(running) - int(limit)
+            for key, limit, running in cur.execute(
+                self._q["concurrency_room"], {"keys": self._queues_param(keys)}
+            ).fetchall()
+            if int(running) > int(limit)
+        }
+        if not over:
+            return rows
+        # Within a key, the runs taken last in the claim's order go back first.
+        back: set[str] = set()
+        for row in sorted(rows, key=lambda r: (-r[9], r[10], r[0]), reverse=True):
+            key = row[8]
+            if over.get(key, 0) > 0:
+                over[key] -= 1
+                back.add(row[0])
+                params = {"id": row[0], "owner": owner, "token": row[1], "n": 1}
+                if not cur.execute(self._q["unclaim"], params).fetchall():
+                    # Cannot be (the row is this transaction's): roll the claim back whole
+                    # rather than leave a run running beyond its key's limit.
+                    raise StoreError(f"a claim could not give back run {row[0]}")
+        return [row for row in rows if row[0] not in back]
 
     def claim(
         self, owner: str, queues: Sequence[str] | None, lease_seconds: float, limit: int
@@ -116,7 +178,11 @@ class OwnerTransitions(SQLBase):
         params = {"id": run_id, "owner": owner, "lease": lease_seconds, "n": 1}
         claimed = self._write(
             lambda cur: self._claimed(
-                cur, cur.execute(self._q["claim_run"], params).fetchall(), owner
+                cur,
+                self._within_limits(
+                    cur, cur.execute(self._q["claim_run"], params).fetchall(), owner
+                ),
+                owner,
             )
         )
         return claimed[0] if claimed else None

@@ -78,6 +78,8 @@ class NewRun:
     events: Sequence[NewEvent] = ()
     parent_id: str | None = None  # a child run's parent, and the root of its tree (SPEC §21)
     root_id: str | None = None
+    priority: int = 0
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -265,6 +267,30 @@ class Budget:
             "spent_cost": round(self.spent_cost, 6),
             "reserved_tokens": self.reserved_tokens,
             "reserved_cost": round(self.reserved_cost, 6),
+        }
+
+
+@dataclass(frozen=True)
+class ConcurrencyKey:
+    """A concurrency key (SPEC §22): its limit (None: not limited) and its runs running and
+    queued now. A queued run of a key at its limit waits for the key, not for a worker."""
+
+    key: str
+    limit: int | None
+    running: int
+    queued: int
+
+    @property
+    def full(self) -> bool:
+        return self.limit is not None and self.running >= self.limit
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "limit": self.limit,
+            "running": self.running,
+            "queued": self.queued,
+            "waiting_for_key": self.queued if self.full else 0,
         }
 
 

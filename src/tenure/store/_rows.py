@@ -109,6 +109,8 @@ def run_from_row(row: Sequence[Any], time: Time) -> Run:
         forked_from_sequence,
         parent_id,
         root_id,
+        priority,
+        concurrency_key,
         request,
     ) = row
     r = _Reader(time)
@@ -146,6 +148,8 @@ def run_from_row(row: Sequence[Any], time: Time) -> Run:
         ),
         parent_id=parent_id,
         root_id=root_id,
+        priority=r.field("priority", int, priority, 0),
+        concurrency_key=concurrency_key,
         damaged=r.damaged,
     )
 

@@ -39,6 +39,8 @@ RUN_COLUMNS = (
     "parent_id",
     # A run without a parent is the root of its own tree (SPEC §21).
     "COALESCE(root_id, id)",
+    "priority",
+    "concurrency_key",
 )
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
@@ -64,7 +66,14 @@ def queries(dialect: str, **macros: str) -> dict[str, str]:
         lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
         blocks[name] = "\n".join(lines).strip().rstrip(";")
     filled = {"run_columns": ", ".join(RUN_COLUMNS), **macros}
-    filled |= {name: _fill(sql, filled) for name, sql in blocks.items() if name.startswith("_")}
+    # A fragment may include another (an enqueue's run includes its round): fill them in
+    # until none is left.
+    for _ in range(3):
+        filled |= {
+            name: _fill(filled.get(name, sql), filled)
+            for name, sql in blocks.items()
+            if name.startswith("_")
+        }
     return {name: _fill(sql, filled) for name, sql in blocks.items() if not name.startswith("_")}
 
 

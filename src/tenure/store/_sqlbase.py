@@ -22,7 +22,9 @@ from tenure._types import (
 from tenure.store._base import Claimed, Lease, NewEvent
 
 T = TypeVar("T")
-ClaimRow = tuple[str, int, int, str | None, int, int, str | None, str | None]
+# id, lease_token, attempt, request, requeue_count, last_sequence, decision, fence_call; a
+# claim's rows go on with concurrency_key and priority.
+ClaimRow = tuple[Any, ...]
 
 
 class Cursor(Protocol):
@@ -89,6 +91,15 @@ class SQLBase(ABC):
 
     @abstractmethod
     def _queues_param(self, queues: Sequence[str] | None) -> Any: ...
+
+    @abstractmethod
+    def _time_param(self, value: datetime) -> Any:
+        """An aware datetime as this dialect's time parameter."""
+
+    def _lock_keys(self, cur: Cursor, keys: Sequence[str]) -> None:
+        """Before a claim counts the running runs of `keys` again: wait for every other
+        claim of them to end (a store whose writers take turns has nothing to wait for)."""
+        return None
 
     @abstractmethod
     def migrate(self) -> None: ...
@@ -174,7 +185,7 @@ class SQLBase(ABC):
         `events` for the caller to insert)."""
         out = []
         pending: list[dict[str, Any]] = [] if events is None else events
-        for run_id, token, attempt, request, requeue_count, last, decision, fence in rows:
+        for run_id, token, attempt, request, requeue_count, last, decision, fence, *_ in rows:
             event = lifecycle(EventKind.CLAIMED, worker=owner, lease_token=token, attempt=attempt)
             _event_rows(pending, run_id, last, attempt, token, [*before, event])
             lease = Lease(run_id, owner, token, attempt)

@@ -321,6 +321,8 @@ class PostgresStore(SQLStore):
             "last_sequence": len(run.events) - 1,
             "parent_id": run.parent_id,
             "root_id": run.root_id,
+            "priority": run.priority,
+            "concurrency_key": run.concurrency_key,
         }
         if _request_only(run):
             sql = Q["enqueue_with_request"]
@@ -396,8 +398,14 @@ class PostgresStore(SQLStore):
     def _time(self, value: Any) -> datetime | None:
         return aware(value)
 
+    def _time_param(self, value: datetime) -> Any:
+        return value
+
     def _queues_param(self, queues: Sequence[str] | None) -> Any:
         return list(queues) if queues else None
+
+    def _lock_keys(self, cur: Cursor, keys: Sequence[str]) -> None:
+        cur.execute(self._q["concurrency_lock"], {"keys": list(keys)}).fetchall()
 
     # -- notifications -------------------------------------------------------------------
 

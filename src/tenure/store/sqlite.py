@@ -276,6 +276,9 @@ class SQLiteStore(SQLStore):
     def _time(self, value: Any) -> datetime | None:
         return epoch_to_datetime(value)
 
+    def _time_param(self, value: datetime) -> Any:
+        return value.timestamp()
+
     def _queues_param(self, queues: Sequence[str] | None) -> Any:
         return json.dumps(list(queues)) if queues else None
 

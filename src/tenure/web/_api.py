@@ -18,6 +18,7 @@ from tenure import Delta, Event, RunRequest, RunStatus, TerminationReason
 from tenure._errors import InvalidRequest
 from tenure._follow import Follower
 from tenure._policy import MAX_DELAY_SECONDS
+from tenure._requests import PRIORITY_MAX, PRIORITY_MIN
 from tenure.web import _views
 from tenure.web._security import Caller
 from tenure.web._state import MAX_BULK_REDRIVE, Web, audit, web_of
@@ -116,9 +117,33 @@ class EnqueueBody(Text):
     system: str | None = Field(None, max_length=200_000)
     max_tokens: int | None = Field(None, ge=1, le=10**12)
     max_cost: float | None = Field(None, gt=0, le=10**9)
+    priority: int = Field(
+        0, ge=PRIORITY_MIN, le=PRIORITY_MAX, description="a higher one is claimed first"
+    )
+    concurrency_key: str | None = Field(
+        None,
+        pattern=NAME_PATTERN,
+        description="runs of one key are held to its limit (PUT /api/concurrency/{key}) and "
+        "take turns with other keys",
+    )
     delay: float = Field(
         0.0, ge=0, le=MAX_DELAY_SECONDS, description="seconds before it may be claimed"
     )
+
+
+class LimitBody(Text):
+    limit: int | None = Field(
+        ...,
+        ge=0,
+        le=2**31 - 1,
+        description="at most this many runs of the key running at once; null: no limit",
+    )
+
+
+class ScheduleBody(Text):
+    cron: str = Field(..., max_length=200, description="minute hour day month weekday")
+    timezone: str = Field("UTC", max_length=200, description="an IANA time zone name")
+    request: EnqueueBody = Field(..., description="the run each tick enqueues (no delay)")
 
 
 class BulkBody(Text):
@@ -420,6 +445,19 @@ def workers(request: Request, caller: Reader) -> list[dict[str, Any]]:
     return [w.to_json() for w in web.workers(web.store.now())]
 
 
+@router.get(
+    "/concurrency",
+    summary="Concurrency keys: limit, runs running and queued, runs waiting for the key",
+)
+def concurrency(request: Request, caller: Reader) -> list[dict[str, Any]]:
+    return [k.to_json() for k in web_of(request).runtime.concurrency_keys()]
+
+
+@router.get("/schedules", summary="Cron schedules: next and last fire, runs fired, paused")
+def schedules(request: Request, caller: Reader) -> list[dict[str, Any]]:
+    return [s.to_json() for s in web_of(request).runtime.schedules()]
+
+
 # -- writes ------------------------------------------------------------------------------------
 
 
@@ -454,6 +492,59 @@ def pause_queue(request: Request, queue: QueueName, caller: Writer) -> dict[str,
 def resume_queue(request: Request, queue: QueueName, caller: Writer) -> dict[str, Any]:
     changed = web_of(request).resume_queue(queue, caller)
     return {"queue": queue, "paused": False, "changed": changed}
+
+
+Key = Annotated[str, Path(pattern=NAME_PATTERN, description="a concurrency key")]
+ScheduleName = Annotated[str, Path(pattern=NAME_PATTERN, description="a schedule's name")]
+
+
+@router.put(
+    "/concurrency/{key:path}",
+    summary="Set (or with null remove) a concurrency key's limit; audited",
+)
+def set_concurrency_limit(
+    request: Request, key: Key, caller: Writer, body: LimitBody
+) -> dict[str, Any]:
+    changed = web_of(request).runtime.set_concurrency_limit(key, body.limit)
+    audit.warning("concurrency limit %r = %s by %s (%s)", key, body.limit, caller.actor, caller.via)
+    return {"key": key, "limit": body.limit, "changed": changed}
+
+
+@router.put(
+    "/schedules/{name:path}",
+    summary="Store or change a cron schedule; audited",
+)
+def put_schedule(
+    request: Request, name: ScheduleName, caller: Writer, body: ScheduleBody
+) -> dict[str, Any]:
+    fields = body.request.model_dump(exclude={"delay"})
+    fields["prompt"] = fields["prompt"] or ""
+    schedule = web_of(request).runtime.schedule(
+        name, cron=body.cron, request=RunRequest(**fields), timezone=body.timezone
+    )
+    audit.warning("schedule %r %s by %s (%s)", name, body.cron, caller.actor, caller.via)
+    return schedule.to_json()
+
+
+@router.post("/schedules/{name:path}/pause", summary="Pause a schedule; audited")
+def pause_schedule(request: Request, name: ScheduleName, caller: Writer) -> dict[str, Any]:
+    changed = web_of(request).runtime.pause_schedule(name)
+    audit.warning("pause schedule %r by %s (%s)", name, caller.actor, caller.via)
+    return {"name": name, "paused": True, "changed": changed}
+
+
+@router.post("/schedules/{name:path}/resume", summary="Resume a schedule; audited")
+def resume_schedule(request: Request, name: ScheduleName, caller: Writer) -> dict[str, Any]:
+    changed = web_of(request).runtime.resume_schedule(name)
+    audit.warning("resume schedule %r by %s (%s)", name, caller.actor, caller.via)
+    return {"name": name, "paused": False, "changed": changed}
+
+
+@router.delete("/schedules/{name:path}", summary="Delete a schedule; audited")
+def delete_schedule(request: Request, name: ScheduleName, caller: Writer) -> dict[str, Any]:
+    changed = web_of(request).runtime.delete_schedule(name)
+    audit.warning("delete schedule %r by %s (%s)", name, caller.actor, caller.via)
+    return {"name": name, "deleted": changed}
 
 
 @router.post("/runs/{run_id}/cancel", summary="Cancel a run that has not ended")

@@ -243,6 +243,63 @@ class ModelsCollector(Collector):
         yield circuit
 
 
+class TenantsCollector(Collector):
+    """SPEC §22, read from the store per scrape: per concurrency key
+    `tenure_concurrency_running{key}`, `tenure_concurrency_waiting{key}` (queued runs that
+    wait for the key: it is at its limit) and `tenure_concurrency_limit{key}` (keys with a
+    limit); per schedule `tenure_schedule_fired{schedule}` (ticks fired so far),
+    `tenure_schedule_last_fire_timestamp{schedule}` and
+    `tenure_schedule_next_fire_timestamp{schedule}` (Unix seconds; a paused schedule has
+    no next fire)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            keys = self.store.concurrency_keys()
+            schedules = self.store.schedules()
+        except Exception as exc:  # tenure_database_up already says the store did not answer
+            log.warning("metrics: cannot read keys and schedules: %s", exc)
+            return
+        running = GaugeMetricFamily(
+            "tenure_concurrency_running", "Runs of a concurrency key running", labels=["key"]
+        )
+        waiting = GaugeMetricFamily(
+            "tenure_concurrency_waiting",
+            "Queued runs of a concurrency key that wait for it (the key is at its limit)",
+            labels=["key"],
+        )
+        limit = GaugeMetricFamily(
+            "tenure_concurrency_limit", "A concurrency key's limit", labels=["key"]
+        )
+        for k in keys:
+            running.add_metric([k.key], k.running)
+            waiting.add_metric([k.key], k.queued if k.full else 0)
+            if k.limit is not None:
+                limit.add_metric([k.key], k.limit)
+        fired = GaugeMetricFamily(
+            "tenure_schedule_fired", "Ticks of a schedule fired so far", labels=["schedule"]
+        )
+        last = GaugeMetricFamily(
+            "tenure_schedule_last_fire_timestamp",
+            "Unix time of a schedule's last fired tick",
+            labels=["schedule"],
+        )
+        following = GaugeMetricFamily(
+            "tenure_schedule_next_fire_timestamp",
+            "Unix time of a schedule's next tick (none while paused)",
+            labels=["schedule"],
+        )
+        for s in schedules:
+            fired.add_metric([s.name], s.fired)
+            if s.last_fire is not None:
+                last.add_metric([s.name], s.last_fire.timestamp())
+            if s.next_fire is not None and not s.paused:
+                following.add_metric([s.name], s.next_fire.timestamp())
+        yield from (running, waiting, limit, fired, last, following)
+
+
 class Metrics:
     """The counters of one process, in a registry of their own."""
 
@@ -299,6 +356,7 @@ class Metrics:
             self.registry.register(QueuesCollector(store))
             self.registry.register(WorkersCollector(store))
             self.registry.register(ModelsCollector(store))
+            self.registry.register(TenantsCollector(store))
 
 
 class ObservedStore:

@@ -90,6 +90,9 @@ class QueueDepth:
     # `window` seconds (Store.queue_totals).
     spent: Usage = field(default_factory=Usage)
     window: float = 0.0
+    # Queued runs by priority, and by concurrency key (SPEC §22).
+    priorities: dict[int, int] = field(default_factory=dict)
+    keys: dict[str, int] = field(default_factory=dict)
 
     @property
     def queued(self) -> int:
@@ -112,6 +115,8 @@ class QueueDepth:
             "output_tokens": self.spent.output_tokens,
             "cost": self.spent.cost,
             "totals_window_seconds": self.window,
+            "priorities": {str(p): n for p, n in sorted(self.priorities.items(), reverse=True)},
+            "keys": dict(sorted(self.keys.items())),
         }
 
 
@@ -134,20 +139,27 @@ def queue_depths(
     for q in by_queue.values():
         q.window = window
     for run in runs:
-        q = by_queue.setdefault(run.queue, QueueDepth(run.queue, window=window))
-        if run.status is RunStatus.RUNNING:
-            q.running += 1
-        elif run.status in _WAITING:
-            q.waiting += 1
-        elif is_scheduled(run, now):
-            q.scheduled += 1
-        elif run.status is RunStatus.QUEUED and run.available_at > now:
-            q.backing_off += 1
-        elif run.status is RunStatus.QUEUED:
-            q.ready += 1
-            age = (now - run.available_at).total_seconds()
-            q.oldest_ready_seconds = max(age, q.oldest_ready_seconds or 0.0)
+        _count(by_queue.setdefault(run.queue, QueueDepth(run.queue, window=window)), run, now)
     return [by_queue[name] for name in sorted(by_queue)]
+
+
+def _count(q: QueueDepth, run: Run, now: datetime) -> None:
+    if run.status is RunStatus.RUNNING:
+        q.running += 1
+    elif run.status in _WAITING:
+        q.waiting += 1
+    elif is_scheduled(run, now):
+        q.scheduled += 1
+    elif run.status is RunStatus.QUEUED and run.available_at > now:
+        q.backing_off += 1
+    elif run.status is RunStatus.QUEUED:
+        q.ready += 1
+        age = (now - run.available_at).total_seconds()
+        q.oldest_ready_seconds = max(age, q.oldest_ready_seconds or 0.0)
+    if run.status is RunStatus.QUEUED:
+        q.priorities[run.priority] = q.priorities.get(run.priority, 0) + 1
+        if run.concurrency_key is not None:
+            q.keys[run.concurrency_key] = q.keys.get(run.concurrency_key, 0) + 1
 
 
 # -- workers: their own heartbeat rows, and what their leases say of them ---------------------

@@ -278,6 +278,7 @@ def runs_page(
         next_url = "/?" + urlencode({**query, "cursor": next_cursor}) if next_cursor else None
     now = web.store.now()
     counts = web.counts()
+    concurrency = web.runtime.concurrency_keys()
     return render(
         request,
         "runs.html",
@@ -303,6 +304,9 @@ def runs_page(
         bulk=bulk_actions(s, r, queue or None) if not search else [],
         bulk_query=urlencode(query),
         queues=web.queues(now),
+        concurrency=concurrency,
+        full_keys={k.key for k in concurrency if k.full},
+        schedules=web.runtime.schedules(),
         finished_chart=_overview.svg_bars(
             web.finished(now), title="runs finished per minute, by outcome"
         ),

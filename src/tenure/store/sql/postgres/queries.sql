@@ -48,12 +48,28 @@ SELECT pg_xact_status(%(xid)s::xid8);
 -- name: enqueue
 -- A queued run; a taken idempotency key inserts nothing.
 INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
-                         last_sequence, created_at, updated_at, parent_id, root_id)
+                         last_sequence, created_at, updated_at, priority, concurrency_key,
+                         fair_round, parent_id, root_id)
 VALUES (%(id)s, %(queue)s, 'queued', %(request)s, %(idempotency_key)s,
         {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now},
-        %(parent_id)s, %(root_id)s)
+        %(priority)s, %(concurrency_key)s, {_fair_round}, %(parent_id)s, %(root_id)s)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, CASE WHEN %(delay)s <= 0 THEN pg_notify('tenure_runs', queue) END;
+
+-- name: _fair_round
+-- A new run's round (SPEC §22): the round the queue's head has reached at its priority, or,
+-- when its key already has runs queued there, the round after its key's last one. So a key
+-- takes one turn per round, and a key that comes to a long queue joins the current round
+-- instead of waiting behind every round the queue holds. A run without a key joins the
+-- current round. (Two enqueues of one key at the same instant may share a round.)
+GREATEST(COALESCE((SELECT f.fair_round FROM tenure_runs f
+                    WHERE f.status = 'queued' AND f.priority = %(priority)s
+                    ORDER BY f.priority DESC, f.fair_round LIMIT 1), 0),
+         CASE WHEN %(concurrency_key)s::text IS NULL THEN 0
+              ELSE COALESCE((SELECT max(f.fair_round) + 1 FROM tenure_runs f
+                              WHERE f.concurrency_key = %(concurrency_key)s::text
+                                AND f.status = 'queued'
+                                AND f.priority = %(priority)s), 0) END)
 
 -- name: find_by_idempotency_key
 SELECT id FROM tenure_runs WHERE idempotency_key = %(idempotency_key)s;
@@ -83,30 +99,48 @@ VALUES (%(run_id)s, %(sequence)s, %(attempt)s, %(lease_token)s, %(kind)s, %(payl
 
 -- name: _claim_returning
 RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_sequence,
-          r.decision, r.fence_call
+          r.decision, r.fence_call, r.concurrency_key, r.priority, r.available_at,
+          r.concurrency_key IS NOT NULL
+          AND EXISTS (SELECT 1 FROM tenure_concurrency_limits l
+                       WHERE l.key = r.concurrency_key)
+
+-- name: _key_has_room
+-- A run whose concurrency key has a limit is claimable while fewer than that many runs of
+-- the key are running (SPEC §22). Read here from this statement's snapshot to pass over the
+-- runs of a full key; two claims may both see room for one more, so the claim then locks
+-- its keys and counts again (`concurrency_lock`, `concurrency_room`).
+(t.concurrency_key IS NULL
+ OR NOT EXISTS (SELECT 1 FROM tenure_concurrency_limits l
+                 WHERE l.key = t.concurrency_key
+                   AND l.max_running <= (SELECT count(*) FROM tenure_runs x
+                                          WHERE x.concurrency_key = l.key
+                                            AND x.status = 'running')))
 
 -- name: claim
--- Claim up to %(limit)s claimable runs. SKIP LOCKED: rows another claimer has locked are
+-- Claim up to %(limit)s claimable runs, the highest priority first, then round-robin by
+-- concurrency key (the lowest round, `_fair_round`), then the oldest. SKIP LOCKED: rows
+-- another claimer has locked are
 -- passed over instead of waited for, and a row that stopped being queued while we looked is
 -- re-checked under its lock and dropped, so every row goes to exactly one claimer.
 -- "Available now" is the statement's start (stable, unlike clock_timestamp()), which lets
 -- it bound the scan of the partial index; the lease is still timed by the clock.
 -- A run of a paused queue is passed over; a pause committed before this statement started
 -- is seen by it (a claim already under way when the pause commits may still take a run).
--- The paused queues are read once (an init plan) and filter the scan of the claimable index.
+-- The paused queues are read once (an init plan) and filter the scan of the claim-order index.
 -- `queue || ''`: the planner then costs the filter as passing most rows. Compared as the bare
 -- column, the column's statistics (one queue, say) make it expect that the filter passes
 -- almost nothing, and it sorts the whole backlog at each claim instead of reading the index
 -- in order up to the limit; NOT EXISTS (an anti-join) and NOT IN (a hashed subplan, costed
 -- as passing half) do the same.
 WITH picked AS (
-    SELECT id FROM tenure_runs
-     WHERE status = 'queued' AND available_at <= statement_timestamp()
-       AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
-       AND queue || '' <> ALL (ARRAY(SELECT queue FROM tenure_paused_queues))
-     ORDER BY available_at
+    SELECT t.id FROM tenure_runs t
+     WHERE t.status = 'queued' AND t.available_at <= statement_timestamp()
+       AND (%(queues)s::text[] IS NULL OR t.queue = ANY (%(queues)s::text[]))
+       AND t.queue || '' <> ALL (ARRAY(SELECT queue FROM tenure_paused_queues))
+       AND {_key_has_room}
+     ORDER BY t.priority DESC, t.fair_round, t.available_at, t.id
      LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
+       FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE tenure_runs r
 {_claim_set}
@@ -116,13 +150,48 @@ UPDATE tenure_runs r
 
 -- name: claim_run
 -- The claim filtered by id: one named run, if it is queued and claimable now (by its primary
--- key rather than the claimable partial index, which would walk the backlog to find it). A
+-- key rather than the claim-order partial index, which would walk the backlog to find it). A
 -- paused queue's run is not taken this way either.
 UPDATE tenure_runs r
 {_claim_set}
+  FROM tenure_runs t
  WHERE r.id = %(id)s AND r.status = 'queued' AND r.available_at <= {now}
    AND NOT EXISTS (SELECT 1 FROM tenure_paused_queues p WHERE p.queue = r.queue)
+   AND t.id = r.id AND {_key_has_room}
 {_claim_returning};
+
+-- name: concurrency_lock
+-- Taken by a claim that took runs of these keys, before it counts them again: a claim of a
+-- key waits for the one before it to commit, and its next statement's snapshot sees what that
+-- one took (under READ COMMITTED two claims could otherwise both see room for the last
+-- slot). Locks are taken in one order (hash order), so two claims never wait for each other.
+SELECT count(pg_advisory_xact_lock(1952804718, h))
+  FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest(%(keys)s::text[]) AS k ORDER BY h) AS s;
+
+-- name: concurrency_room
+-- The limit of each key of %(keys)s that has one and how many of its runs are running now,
+-- this claim's own included.
+SELECT l.key, l.max_running,
+       (SELECT count(*) FROM tenure_runs r
+         WHERE r.concurrency_key = l.key AND r.status = 'running')
+  FROM tenure_concurrency_limits l
+ WHERE l.key = ANY (%(keys)s::text[]);
+
+-- name: unclaim
+-- A run this claim took beyond its key's limit goes back as if it had not been taken, in the
+-- claim's own transaction (nobody saw the claim): the token, the attempt, the start and the
+-- sequence the claim reserved are given back. No live-lease condition: the row is this
+-- transaction's own (it holds its lock), and a lease that ran out while the claim waited
+-- for its keys' locks must still be given back.
+UPDATE tenure_runs
+   SET status = 'queued', claimed_by = '', lease_expires = NULL,
+       lease_token = lease_token - 1,
+       attempt = CASE WHEN attempt = 0 THEN 0 ELSE attempt - 1 END,
+       started_at = CASE WHEN attempt = 0 THEN NULL ELSE started_at END,
+       last_sequence = last_sequence - %(n)s
+ WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
+   AND lease_token = %(token)s
+RETURNING id;
 
 -- name: record_step
 -- Heartbeat: renew the lease of the owner, reserve %(n)s event sequences, add usage, and insert
@@ -660,10 +729,11 @@ SELECT pending_effect, fence_call, fence_probe FROM tenure_runs WHERE id = %(id)
 -- earlier try of this same statement committed and its answer was lost).
 WITH run AS (
     INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
-                             last_sequence, created_at, updated_at, parent_id, root_id)
+                             last_sequence, created_at, updated_at, priority,
+                             concurrency_key, fair_round, parent_id, root_id)
     VALUES (%(id)s, %(queue)s, 'queued', %(request)s, %(idempotency_key)s,
             {now} + make_interval(secs => %(delay)s), %(last_sequence)s, {now}, {now},
-            %(parent_id)s, %(root_id)s)
+            %(priority)s, %(concurrency_key)s, {_fair_round}, %(parent_id)s, %(root_id)s)
     ON CONFLICT DO NOTHING
     RETURNING id, queue
 )
@@ -1104,3 +1174,68 @@ SELECT queue, SUM(input_tokens), SUM(output_tokens), SUM(cost) FROM (
      WHERE status IN ('queued', 'running', 'waiting_for_approval', 'waiting_for_input'))
     AS spent
  GROUP BY queue;
+
+-- name: set_concurrency_limit
+-- At most %(max_running)s runs of the key run at once, from the next claim on.
+INSERT INTO tenure_concurrency_limits (key, max_running, updated_at)
+VALUES (%(key)s, %(max_running)s, {now})
+ON CONFLICT (key) DO UPDATE SET max_running = excluded.max_running,
+                                updated_at = excluded.updated_at;
+
+-- name: clear_concurrency_limit
+DELETE FROM tenure_concurrency_limits WHERE key = %(key)s RETURNING key;
+
+-- name: concurrency_limits
+SELECT key, max_running FROM tenure_concurrency_limits ORDER BY key;
+
+-- name: concurrency_counts
+-- The running and queued runs of every key that has any (read from the key index alone).
+SELECT concurrency_key, status, count(*) FROM tenure_runs
+ WHERE concurrency_key IS NOT NULL AND status IN ('queued', 'running')
+ GROUP BY concurrency_key, status;
+
+-- name: put_schedule
+-- A new schedule, or a schedule changed (its cron, zone, request and next tick); whether it
+-- is paused and what it fired so far are kept.
+INSERT INTO tenure_schedules (name, cron, timezone, request, paused, next_fire, fired,
+                              created_at, updated_at)
+VALUES (%(name)s, %(cron)s, %(timezone)s, %(request)s, false, %(next_fire)s, 0,
+        {now}, {now})
+ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, timezone = excluded.timezone,
+                                 request = excluded.request, next_fire = excluded.next_fire,
+                                 updated_at = excluded.updated_at;
+
+-- name: schedules
+SELECT name, cron, timezone, request, paused, next_fire, last_fire, last_run_id, fired, created_at FROM tenure_schedules ORDER BY name;
+
+-- name: due_schedules
+-- Schedules whose next tick has come, the most overdue first.
+SELECT name, cron, timezone, request, paused, next_fire, last_fire, last_run_id, fired, created_at FROM tenure_schedules
+ WHERE NOT paused AND next_fire <= {now}
+ ORDER BY next_fire
+ LIMIT %(limit)s;
+
+-- name: advance_schedule
+-- A tick fired: only by the firing that read this next tick, while the schedule is not
+-- paused (another worker that fired it first, a pause, a change or a delete since the read
+-- make this match nothing, and the firing enqueues nothing).
+UPDATE tenure_schedules
+   SET next_fire = %(next_fire)s, last_fire = %(tick)s, last_run_id = %(run_id)s,
+       fired = fired + 1, updated_at = {now}
+ WHERE name = %(name)s AND next_fire = %(seen)s AND NOT paused
+RETURNING name;
+
+-- name: pause_schedule
+UPDATE tenure_schedules SET paused = true, updated_at = {now}
+ WHERE name = %(name)s AND NOT paused
+RETURNING name;
+
+-- name: resume_schedule
+-- Resumed: it fires from its next tick after now on (ticks that fell while it was paused do
+-- not fire).
+UPDATE tenure_schedules SET paused = false, next_fire = %(next_fire)s, updated_at = {now}
+ WHERE name = %(name)s AND paused
+RETURNING name;
+
+-- name: delete_schedule
+DELETE FROM tenure_schedules WHERE name = %(name)s RETURNING name;

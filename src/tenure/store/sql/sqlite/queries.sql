@@ -15,10 +15,26 @@ SELECT {now};
 -- partial: the conflict target names its condition). The caller reads the count of rows
 -- inserted.
 INSERT INTO tenure_runs (id, queue, status, request, idempotency_key, available_at,
-                         last_sequence, created_at, updated_at, parent_id, root_id)
+                         last_sequence, created_at, updated_at, priority, concurrency_key,
+                         fair_round, parent_id, root_id)
 VALUES (:id, :queue, 'queued', :request, :idempotency_key, {now} + :delay,
-        :last_sequence, {now}, {now}, :parent_id, :root_id)
+        :last_sequence, {now}, {now}, :priority, :concurrency_key, {_fair_round}, :parent_id,
+        :root_id)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
+
+-- name: _fair_round
+-- A new run's round (SPEC §22): the round the queue's head has reached at its priority, or,
+-- when its key already has runs queued there, the round after its key's last one. So a key
+-- takes one turn per round, and a key that comes to a long queue joins the current round
+-- instead of waiting behind every round the queue holds. A run without a key joins the
+-- current round.
+max(COALESCE((SELECT fair_round FROM tenure_runs INDEXED BY tenure_runs_claim_order
+               WHERE status = 'queued' AND priority = :priority
+               ORDER BY priority DESC, fair_round LIMIT 1), 0),
+    CASE WHEN :concurrency_key IS NULL THEN 0
+         ELSE COALESCE((SELECT max(fair_round) + 1 FROM tenure_runs INDEXED BY tenure_runs_key
+                         WHERE concurrency_key = :concurrency_key AND status = 'queued'
+                           AND priority = :priority), 0) END)
 
 -- name: find_by_idempotency_key
 SELECT id FROM tenure_runs WHERE idempotency_key = :idempotency_key;
@@ -46,37 +62,79 @@ VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, {now});
 
 -- name: _claim_returning
 RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decision,
-          fence_call
+          fence_call, concurrency_key, priority, available_at,
+          concurrency_key IS NOT NULL
+          AND EXISTS (SELECT 1 FROM tenure_concurrency_limits l
+                       WHERE l.key = tenure_runs.concurrency_key)
+
+-- name: _key_has_room
+-- A run whose concurrency key has a limit is claimable while fewer than that many runs of
+-- the key are running (SPEC §22). Read here to pass over the runs of a full key; the claim
+-- then counts again (`concurrency_room`), because one claim may take several runs of a key.
+(concurrency_key IS NULL
+ OR NOT EXISTS (SELECT 1 FROM tenure_concurrency_limits l
+                 WHERE l.key = tenure_runs.concurrency_key
+                   AND l.max_running <= (SELECT count(*) FROM tenure_runs x
+                                          WHERE x.concurrency_key = l.key
+                                            AND x.status = 'running')))
 
 -- name: claim
--- Claim up to :limit claimable runs. The writer lock taken by BEGIN IMMEDIATE makes the
--- subquery and the update one step: no other claimer can see these rows as queued.
+-- Claim up to :limit claimable runs, the highest priority first, then round-robin by
+-- concurrency key (the lowest round, `_fair_round`), then the oldest. The
+-- writer lock taken by BEGIN IMMEDIATE makes the subquery and the update one step: no other
+-- claimer can see these rows as queued.
 -- INDEXED BY: without statistics the planner picks the listing index (status = 'queued'),
 -- which reads and sorts every queued row at each claim, so a drain of a backlog of N runs
--- costs N²; the claimable index yields the oldest available rows first and stops at :limit.
+-- costs N²; the claim-order index yields the rows in the claim's order and stops at :limit.
 -- A run of a paused queue is passed over: the pause is read in this same statement, under
 -- the same lock, so a claim that starts after a pause committed takes nothing of its queue.
 -- NOT IN reads the paused queues once per statement; a correlated NOT EXISTS ran its
 -- subquery for every row passed over, which made passing a paused backlog 4-5 times dearer.
 UPDATE tenure_runs
 {_claim_set}
- WHERE id IN (SELECT id FROM tenure_runs INDEXED BY tenure_runs_claimable
+ WHERE id IN (SELECT id FROM tenure_runs INDEXED BY tenure_runs_claim_order
                WHERE status = 'queued' AND available_at <= {now}
                  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
                  AND queue NOT IN (SELECT queue FROM tenure_paused_queues)
-               ORDER BY available_at
+                 AND {_key_has_room}
+               ORDER BY priority DESC, fair_round, available_at, id
                LIMIT :limit)
 {_claim_returning};
 
 -- name: claim_run
 -- The claim filtered by id: one named run, if it is queued and claimable now (by its primary
--- key rather than the claimable index, which would walk the backlog to find it). A paused
+-- key rather than the claim-order index, which would walk the backlog to find it). A paused
 -- queue's run is not taken this way either.
 UPDATE tenure_runs
 {_claim_set}
  WHERE id = :id AND status = 'queued' AND available_at <= {now}
    AND NOT EXISTS (SELECT 1 FROM tenure_paused_queues p WHERE p.queue = tenure_runs.queue)
+   AND {_key_has_room}
 {_claim_returning};
+
+-- name: concurrency_room
+-- The limit of each key of :keys that has one and how many of its runs are running now,
+-- this claim's own included.
+SELECT l.key, l.max_running,
+       (SELECT count(*) FROM tenure_runs r
+         WHERE r.concurrency_key = l.key AND r.status = 'running')
+  FROM tenure_concurrency_limits l
+ WHERE l.key IN (SELECT value FROM json_each(:keys));
+
+-- name: unclaim
+-- A run this claim took beyond its key's limit goes back as if it had not been taken, in the
+-- claim's own transaction (nobody saw the claim): the token, the attempt, the start and the
+-- sequence the claim reserved are given back. No live-lease condition: the row is this
+-- transaction's own (it holds its lock), and a lease that ran out while the claim waited
+-- for its keys' locks must still be given back.
+UPDATE tenure_runs
+   SET status = 'queued', claimed_by = '', lease_expires = NULL,
+       lease_token = lease_token - 1,
+       attempt = CASE WHEN attempt = 0 THEN 0 ELSE attempt - 1 END,
+       started_at = CASE WHEN attempt = 0 THEN NULL ELSE started_at END,
+       last_sequence = last_sequence - :n
+ WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
+RETURNING id;
 
 -- name: record_step
 -- Heartbeat: renew the lease of the owner, reserve :n event sequences, add usage.
@@ -519,7 +577,7 @@ SELECT {run_columns}, NULL FROM tenure_runs
 
 -- name: run_counts
 -- How many runs are in each status, by termination reason (the dashboard's counts).
--- Queued runs are counted in the claimable index, the others in the listing index.
+-- Queued runs are counted in the claim-order index, the others in the listing index.
 SELECT status, termination_reason, COUNT(*) FROM tenure_runs
  WHERE status <> 'queued'
  GROUP BY status, termination_reason
@@ -781,9 +839,9 @@ DELETE FROM tenure_paused_queues WHERE queue = :queue RETURNING queue;
 SELECT queue, paused_at, paused_by FROM tenure_paused_queues ORDER BY queue;
 
 -- name: queue_counts
--- Runs not yet ended, per queue and status: queued runs counted in the claimable index
+-- Runs not yet ended, per queue and status: queued runs counted in the claim-order index
 -- (which holds the queue), the others through the listing index.
-SELECT queue, 'queued', COUNT(*) FROM tenure_runs INDEXED BY tenure_runs_claimable
+SELECT queue, 'queued', COUNT(*) FROM tenure_runs INDEXED BY tenure_runs_claim_order
  WHERE status = 'queued'
  GROUP BY queue
 UNION ALL
@@ -935,3 +993,68 @@ SELECT queue, SUM(input_tokens), SUM(output_tokens), SUM(cost) FROM (
      WHERE status <> 'queued'
        AND status IN ('running', 'waiting_for_approval', 'waiting_for_input'))
  GROUP BY queue;
+
+-- name: set_concurrency_limit
+-- At most :max_running runs of the key run at once, from the next claim on.
+INSERT INTO tenure_concurrency_limits (key, max_running, updated_at)
+VALUES (:key, :max_running, {now})
+ON CONFLICT (key) DO UPDATE SET max_running = excluded.max_running,
+                                updated_at = excluded.updated_at;
+
+-- name: clear_concurrency_limit
+DELETE FROM tenure_concurrency_limits WHERE key = :key RETURNING key;
+
+-- name: concurrency_limits
+SELECT key, max_running FROM tenure_concurrency_limits ORDER BY key;
+
+-- name: concurrency_counts
+-- The running and queued runs of every key that has any (read from the key index alone).
+SELECT concurrency_key, status, count(*) FROM tenure_runs
+ WHERE concurrency_key IS NOT NULL AND status IN ('queued', 'running')
+ GROUP BY concurrency_key, status;
+
+-- name: put_schedule
+-- A new schedule, or a schedule changed (its cron, zone, request and next tick); whether it
+-- is paused and what it fired so far are kept.
+INSERT INTO tenure_schedules (name, cron, timezone, request, paused, next_fire, fired,
+                              created_at, updated_at)
+VALUES (:name, :cron, :timezone, :request, 0, :next_fire, 0,
+        {now}, {now})
+ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, timezone = excluded.timezone,
+                                 request = excluded.request, next_fire = excluded.next_fire,
+                                 updated_at = excluded.updated_at;
+
+-- name: schedules
+SELECT name, cron, timezone, request, paused, next_fire, last_fire, last_run_id, fired, created_at FROM tenure_schedules ORDER BY name;
+
+-- name: due_schedules
+-- Schedules whose next tick has come, the most overdue first.
+SELECT name, cron, timezone, request, paused, next_fire, last_fire, last_run_id, fired, created_at FROM tenure_schedules
+ WHERE paused = 0 AND next_fire <= {now}
+ ORDER BY next_fire
+ LIMIT :limit;
+
+-- name: advance_schedule
+-- A tick fired: only by the firing that read this next tick, while the schedule is not
+-- paused (another worker that fired it first, a pause, a change or a delete since the read
+-- make this match nothing, and the firing enqueues nothing).
+UPDATE tenure_schedules
+   SET next_fire = :next_fire, last_fire = :tick, last_run_id = :run_id,
+       fired = fired + 1, updated_at = {now}
+ WHERE name = :name AND next_fire = :seen AND paused = 0
+RETURNING name;
+
+-- name: pause_schedule
+UPDATE tenure_schedules SET paused = 1, updated_at = {now}
+ WHERE name = :name AND paused = 0
+RETURNING name;
+
+-- name: resume_schedule
+-- Resumed: it fires from its next tick after now on (ticks that fell while it was paused do
+-- not fire).
+UPDATE tenure_schedules SET paused = 0, next_fire = :next_fire, updated_at = {now}
+ WHERE name = :name AND paused = 1
+RETURNING name;
+
+-- name: delete_schedule
+DELETE FROM tenure_schedules WHERE name = :name RETURNING name;
