@@ -138,6 +138,10 @@ def _summary(event: Event) -> dict[str, Any]:
     return out
 
 
+def _is_child_step(event: Event) -> bool:
+    return event.kind is EventKind.STEP and event.payload.get("step") == "child"
+
+
 def _completed_write(event: Event) -> bool:
     """A recorded non-idempotent write that ran: it returned a value or raised (a call a
     person denied was never run, and has no key)."""
@@ -177,6 +181,13 @@ def make_plan(run_id: str, at: Any, state: ForkState, events: Sequence[Event]) -
             "would replay it"
         )
     kept = tuple(_summary(e) for e in journal if e.sequence < at)
+    # A kept child step would hand the fork the original's children, which are not its own
+    # (their parent is the original: the fork could neither wait for them nor be woken by
+    # them). A child step at or after `at` runs again and makes the fork's own children.
+    child = next(
+        (e for e in journal if e.sequence < at and _is_child_step(e)),
+        None,
+    )
     later = [e for e in journal if e.sequence >= at]
     again = tuple(_summary(e) for e in later if e.kind not in _LIFECYCLE)
     repeated = [
@@ -189,6 +200,12 @@ def make_plan(run_id: str, at: Any, state: ForkState, events: Sequence[Event]) -
         if _completed_write(e)
     ]
     in_doubt, blocked = None, None
+    if child is not None:
+        blocked = (
+            f"run {run_id} created child runs before {at} (its step at sequence "
+            f"{child.sequence}): a fork cannot take over the original's children; fork at "
+            f"{child.sequence} or before, and the fork creates children of its own"
+        )
     if state.pending_effect is ToolEffect.NON_IDEMPOTENT_WRITE:
         call = _fence_call(state.fence_call)
         write = {

@@ -590,3 +590,36 @@ def test_an_agent_functions_interrupted_write_with_a_probe_forks_in_doubt(
     assert payments.keys == [f"{run_id}:1"]  # asked of the probe: it happened, not paid again
     report = audit(rt.store, max_requeues=0)
     assert report.violations == [], report.violations
+
+
+def test_a_fork_never_takes_over_the_originals_children(make_runtime: MakeRuntime) -> None:
+    rt = make_runtime()
+
+    @rt.agent
+    def reader(ctx: tenure.AgentContext, topic: str) -> str:
+        return f"read {topic}"
+
+    @rt.agent
+    def parent(ctx: tenure.AgentContext) -> str:
+        note = ctx.now().isoformat()
+        return f"{ctx.wait(ctx.child(agent='reader', input={'topic': 'x'}))} after {note}"
+
+    original = rt.enqueue(RunRequest(agent="parent", input={}, model="scripted"))
+    rt.work(concurrency=1, burst=True)
+    assert rt.status(original).status is RunStatus.COMPLETED  # type: ignore[union-attr]
+    (child_step,) = [
+        e for e in rt.events(original)
+        if e.kind is EventKind.STEP and e.payload.get("step") == "child"
+    ]  # fmt: skip
+    with pytest.raises(ForkRefused, match="cannot take over the original's children"):
+        rt.fork(original, at=child_step.sequence + 1)
+    assert len(rt.runs()) == 2  # nothing stored
+    fork = rt.fork(original, at=child_step.sequence)
+    rt.work(concurrency=1, burst=True)
+    done = rt.status(fork)
+    assert done is not None and done.status is RunStatus.COMPLETED, done
+    (own,) = rt.runs(parent=fork)  # the fork's own child, under its own key
+    assert own.idempotency_key == f"{fork}:{child_step.payload['position']}"
+    assert len(rt.runs(parent=original)) == 1
+    report = audit(rt.store)
+    assert report.ok, report.summary()
