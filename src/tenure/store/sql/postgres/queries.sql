@@ -1171,7 +1171,8 @@ SELECT queue, SUM(input_tokens), SUM(output_tokens), SUM(cost) FROM (
        AND finished_at >= {now} - make_interval(secs => %(window)s::float8)
     UNION ALL
     SELECT queue, input_tokens, output_tokens, cost FROM tenure_runs
-     WHERE status IN ('queued', 'running', 'waiting_for_approval', 'waiting_for_input'))
+     WHERE status IN ('queued', 'running', 'waiting_for_approval', 'waiting_for_input',
+                      'waiting_for_children'))
     AS spent
  GROUP BY queue;
 

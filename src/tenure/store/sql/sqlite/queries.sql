@@ -986,12 +986,13 @@ SELECT queue, SUM(input_tokens), SUM(output_tokens), SUM(cost) FROM (
      WHERE finished_at IS NOT NULL AND finished_at >= {now} - :window
     UNION ALL
     SELECT queue, input_tokens, output_tokens, cost
-      FROM tenure_runs INDEXED BY tenure_runs_claimable
+      FROM tenure_runs INDEXED BY tenure_runs_claim_order
      WHERE status = 'queued'
     UNION ALL
     SELECT queue, input_tokens, output_tokens, cost FROM tenure_runs
      WHERE status <> 'queued'
-       AND status IN ('running', 'waiting_for_approval', 'waiting_for_input'))
+       AND status IN ('running', 'waiting_for_approval', 'waiting_for_input',
+                      'waiting_for_children'))
  GROUP BY queue;
 
 -- name: set_concurrency_limit
