@@ -48,7 +48,9 @@ def killed_kinds(report: CrashReport) -> set[str]:
 def test_a_correct_app_passes_every_point(db_url: str, tmp_path: Path) -> None:
     report = crashtest(good_app.rt, [CHARGE, REFUND], database=db_url, workdir=tmp_path / "w")
     assert report.ok, report.violations()
-    assert killed_kinds(report) == set(POINT_KINDS)
+    # Every point a built-in loop run reaches (it creates no child run: `child` is tested
+    # with an agent function in test_agent.py).
+    assert killed_kinds(report) == set(POINT_KINDS) - {"child"}
     refund_cases = [r for r in report.results if r.scenario == "refund"]
     assert all(r.verdicts["consume-once"].ok for r in refund_cases)
     assert {p for r in report.results for p in r.verdicts} == set(PROPERTIES)
