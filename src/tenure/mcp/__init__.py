@@ -40,6 +40,7 @@ from tenure import _loop
 from tenure._errors import InvalidRequest
 from tenure._types import ToolContext, ToolEffect
 from tenure.agent._tools import DEFAULT_TOOL_TIMEOUT, make_schema_tool
+from tenure.integrations._common import declared_effects
 from tenure.mcp._connection import Connection, ToolFailed
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ def tools(
     the server does not offer, and `ProviderError` (`connection`, `timeout`) when the
     server cannot be reached.
     """
-    declared = _declared_effects(effects)
+    declared = declared_effects("MCP", effects)
     label = _label(server)
     connection = Connection(server, label, connect_timeout=connect_timeout)
     _loop.on_exit(connection.close)
@@ -169,19 +170,6 @@ def tools(
         connection.close()
         raise
     return Registration(label, registered, connection)
-
-
-def _declared_effects(effects: Mapping[str, ToolEffect | str] | None) -> dict[str, ToolEffect]:
-    declared: dict[str, ToolEffect] = {}
-    for name, effect in (effects or {}).items():
-        try:
-            declared[name] = ToolEffect(effect)
-        except ValueError:
-            choices = ", ".join(e.value for e in ToolEffect)
-            raise InvalidRequest(
-                f"MCP tool {name}: unknown effect {effect!r} (one of {choices})"
-            ) from None
-    return declared
 
 
 def _register(
