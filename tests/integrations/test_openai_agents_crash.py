@@ -4,19 +4,16 @@ completes with the output of an uninterrupted run and the refund in the ledger o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-import tenure
-from tenure import RunStatus
 from tenure.testing import crashtest
 
-from ..crashtest import _ledger
 from . import agents_app
+from .conftest import each_case_completed_once
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("refund_ledger")]
 
 SCENARIO = {
     "name": "refund",
@@ -34,29 +31,10 @@ POINTS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    path = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(_ledger.LEDGER_VARIABLE, str(path))
-    yield path
-
-
 def test_an_openai_agents_run_killed_at_each_step_completes_once(
     db_url: str, tmp_path: Path
 ) -> None:
     report = crashtest(
         agents_app.rt, [SCENARIO], points=POINTS, database=db_url, workdir=tmp_path / "w"
     )
-    assert report.ok, report.violations()
-    assert sorted(r.point for r in report.results if r.point != "reference") == sorted(POINTS)
-    outputs = set()
-    for result in report.results:
-        rt = tenure.Runtime(result.database)
-        try:
-            run = rt.status(result.run_id)
-            assert run is not None and run.status is RunStatus.COMPLETED, (result.point, run)
-            outputs.add(run.output)
-            assert _ledger.seen("refund", f"{result.run_id}:5") == 1, result.point
-        finally:
-            rt.close()
-    assert outputs == {'"refunded o7"'}
+    assert each_case_completed_once(report, POINTS, 5) == {'"refunded o7"'}
