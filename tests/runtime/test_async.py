@@ -126,9 +126,12 @@ def test_an_async_tool_past_its_timeout_is_cancelled_and_the_model_sees_an_error
 def test_a_worker_slot_waits_for_an_async_tool_timeout_without_abandoning_the_run(
     make_runtime: MakeRuntime,
 ) -> None:
-    rt = make_runtime(lease_seconds=1.0)
+    # A tool timeout longer than the lease: the keeper renews it while the slot waits. Both
+    # are a few seconds so that a loaded machine still renews in time (a lease of 1 s was
+    # lost once under three test processes on two cores).
+    rt = make_runtime(lease_seconds=2.5)
 
-    @rt.tool(timeout=1.5)
+    @rt.tool(timeout=3.5)
     async def stuck() -> None:
         await asyncio.sleep(30)
 
@@ -139,7 +142,7 @@ def test_a_worker_slot_waits_for_an_async_tool_timeout_without_abandoning_the_ru
     assert run is not None and run.status is RunStatus.COMPLETED
     assert run.requeue_count == 0 and worker.stats.reaped == 0
     (event,) = tool_events(rt, run_id)
-    assert "did not finish within 1.5 s" in event["error"]
+    assert "did not finish within 3.5 s" in event["error"]
 
 
 def test_an_async_tool_raising_retryable_error_sends_the_run_to_recovery(
