@@ -138,7 +138,11 @@ def test_multi_tenant_priorities_keys_and_schedules(tmp_path: Path, db_url: str)
     done = _run("multi_tenant", tmp_path, db_url)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "runs claimed before initech's urgent one: 0"
+    # Initech's report was enqueued last, behind fourteen; the claim takes it first. Only a
+    # claim of the other worker in flight at the same moment (on PostgreSQL, where claims
+    # run side by side; at most four runs) can be stamped before it.
+    before_initech = int(lines[0].split(": ")[1].split()[0])
+    assert before_initech <= 4, lines[0]
     before_globex = int(lines[1].split(": ")[1].split()[0])
     assert before_globex <= 2, lines[1]  # not behind acme's twelve
     assert lines[2] == "most acme reports running at once: 2 (limit 2)"
