@@ -77,6 +77,12 @@ def main() -> None:
     size, times = c.size_and_repeat(args)
     claims = min(CLAIMS, max(10, size // 10))
     drain_n = min(DRAIN, max(10, size // 20))
+    # Each repetition claims and drains from the backlog: it must last every repetition.
+    if (claims + drain_n) * times > size // 10:
+        raise SystemExit(
+            f"growth: a backlog of {size // 10:,} runs is too small for {times} repetitions "
+            f"of {claims + drain_n:,} claims and runs; use a larger --size"
+        )
     scenarios = [
         ("0 finished", 0, 0),
         (f"{size // 10:,} finished", size // 10, 0),
@@ -88,9 +94,9 @@ def main() -> None:
     tables = []
     counter = itertools.count()
     with c.scratch_dir() as tmp, c.maybe_postgres(args) as pg:
-        stores: list[tuple[str, c.Callable[[], str]]] = [
-            ("SQLite", lambda: f"sqlite:///{tmp}/g{next(counter)}.db")
-        ]
+        stores: list[tuple[str, c.Callable[[], str]]] = []
+        if not args.no_sqlite:
+            stores.append(("SQLite", lambda: f"sqlite:///{tmp}/g{next(counter)}.db"))
         if pg is not None:
             stores.append(("PostgreSQL", lambda: pg.fresh("growth")))
         for name, url_for in stores:
