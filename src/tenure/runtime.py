@@ -726,9 +726,10 @@ class Runtime:
 
     def queues(self, window: float = QUEUE_TOTALS_WINDOW) -> list[QueueState]:
         """Every queue that is paused, has runs not yet ended or had runs end in the last
-        `window` seconds (default a day), by name: paused or not, its runs queued, running
-        and waiting for a person, and the tokens and cost of its runs not yet ended and of
-        those that ended in the window (an all-time sum would read the whole history)."""
+        `window` seconds (default a day), by name: paused or not, its runs queued, running,
+        waiting for a person and waiting for their child runs, and the tokens and cost of
+        its runs not yet ended and of those that ended in the window (an all-time sum would
+        read the whole history)."""
         if (
             isinstance(window, bool)
             or not isinstance(window, int | float)
@@ -749,6 +750,7 @@ class Runtime:
                 waiting=sum(counts.get((name, w), 0) for w in waiting),
                 spent=totals.get(name, NO_USAGE),
                 window=float(window),
+                children=counts.get((name, str(RunStatus.WAITING_FOR_CHILDREN)), 0),
             )
             for name in names
         ]

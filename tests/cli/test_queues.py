@@ -83,7 +83,7 @@ def test_queues_show_tokens_and_cost_of_the_last_day(tmp_path: Path, db_url: str
     assert table.code == 0, table.err
     header, line = table.out.strip().splitlines()
     assert "tokens 24h" in header and "cost 24h" in header
-    assert line.split()[:7] == ["mail", "active", "0", "0", "0", "2468", "1.0000"]
+    assert line.split()[:8] == ["mail", "active", "0", "0", "0", "0", "2468", "1.0000"]
 
 
 def test_a_bad_queue_name_is_one_line_and_changes_nothing(tmp_path: Path, db_url: str) -> None:

@@ -385,3 +385,19 @@ def test_the_audit_finds_a_broken_tree(make_runtime: MakeRuntime, db_url: str) -
             f"run {stranded}: waits for children that have all ended: nothing will wake it",
         ]
     )
+
+
+def test_a_parent_waiting_for_children_is_counted_in_its_queue(
+    make_runtime: MakeRuntime,
+) -> None:
+    rt = children_app(make_runtime)
+    parent = rt.enqueue(request("researcher", topics=["a"]))
+    first = rt.run_queued(parent)
+    assert first is not None and first.outcome is Outcome.AWAITING_CHILDREN, first
+    [queue] = rt.queues()
+    # The parent waits (no lease, no slot); its two children are queued.
+    assert (queue.queued, queue.running, queue.waiting, queue.children) == (2, 0, 0, 1)
+    assert queue.to_json()["waiting_for_children"] == 1
+    rt.worker(concurrency=1, burst=True).run()
+    [queue] = rt.queues()
+    assert (queue.queued, queue.children) == (0, 0)

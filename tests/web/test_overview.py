@@ -270,6 +270,7 @@ def test_queues_and_workers_in_the_api(any_client: TestClient, any_rt: tenure.Ru
             "scheduled": 0,
             "running": 1,
             "waiting": 0,
+            "waiting_for_children": 0,
             "oldest_ready_seconds": queues[0]["oldest_ready_seconds"],
             "paused": False,
             "paused_at": None,

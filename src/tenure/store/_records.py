@@ -331,6 +331,8 @@ class QueueState:
     waiting: int = 0
     spent: Usage = field(default_factory=Usage)
     window: float = 0.0
+    # Agent functions waiting for their child runs (SPEC §21): no lease, no slot.
+    children: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -341,6 +343,7 @@ class QueueState:
             "queued": self.queued,
             "running": self.running,
             "waiting": self.waiting,
+            "waiting_for_children": self.children,
             "input_tokens": self.spent.input_tokens,
             "output_tokens": self.spent.output_tokens,
             "cost": self.spent.cost,

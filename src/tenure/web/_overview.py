@@ -82,6 +82,8 @@ class QueueDepth:
     scheduled: int = 0
     running: int = 0
     waiting: int = 0
+    # Agent functions waiting for their child runs (SPEC §21).
+    children: int = 0
     # How long the longest-waiting ready run has been claimable and not claimed.
     oldest_ready_seconds: float | None = None
     # Paused by an operator: workers claim none of its runs (None: not paused).
@@ -107,6 +109,7 @@ class QueueDepth:
             "scheduled": self.scheduled,
             "running": self.running,
             "waiting": self.waiting,
+            "waiting_for_children": self.children,
             "oldest_ready_seconds": self.oldest_ready_seconds,
             "paused": self.paused is not None,
             "paused_at": self.paused.paused_at.isoformat() if self.paused else None,
@@ -131,8 +134,9 @@ def queue_depths(
     window: float = 0.0,
 ) -> list[QueueDepth]:
     """Per queue: runs queued (ready now, backing off, or scheduled for later), running,
-    waiting for a person; whether it is paused; what its runs spent (`totals`, over
-    `window`). A paused queue, or one with totals, is listed even with no run."""
+    waiting for a person, waiting for their children; whether it is paused; what its runs
+    spent (`totals`, over `window`). A paused queue, or one with totals, is listed even
+    with no run."""
     by_queue: dict[str, QueueDepth] = {p.queue: QueueDepth(p.queue, paused=p) for p in paused}
     for name, spent in (totals or {}).items():
         by_queue.setdefault(name, QueueDepth(name)).spent = spent
@@ -148,6 +152,8 @@ def _count(q: QueueDepth, run: Run, now: datetime) -> None:
         q.running += 1
     elif run.status in _WAITING:
         q.waiting += 1
+    elif run.status is RunStatus.WAITING_FOR_CHILDREN:
+        q.children += 1
     elif is_scheduled(run, now):
         q.scheduled += 1
     elif run.status is RunStatus.QUEUED and run.available_at > now:

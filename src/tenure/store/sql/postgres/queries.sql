@@ -1030,7 +1030,8 @@ SELECT queue, paused_at, paused_by FROM tenure_paused_queues ORDER BY queue;
 -- name: queue_counts
 -- Runs not yet ended, per queue and status.
 SELECT queue, status, COUNT(*) FROM tenure_runs
- WHERE status IN ('queued', 'running', 'waiting_for_approval', 'waiting_for_input')
+ WHERE status IN ('queued', 'running', 'waiting_for_approval', 'waiting_for_input',
+                  'waiting_for_children')
  GROUP BY queue, status;
 
 -- name: ensure_budget

@@ -847,7 +847,8 @@ SELECT queue, 'queued', COUNT(*) FROM tenure_runs INDEXED BY tenure_runs_claim_o
 UNION ALL
 SELECT queue, status, COUNT(*) FROM tenure_runs
  WHERE status <> 'queued'
-   AND status IN ('running', 'waiting_for_approval', 'waiting_for_input')
+   AND status IN ('running', 'waiting_for_approval', 'waiting_for_input',
+                  'waiting_for_children')
  GROUP BY queue, status;
 
 -- name: ensure_budget
