@@ -17,7 +17,7 @@ from ._postgres import Cluster
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = [
     "drain", "steps", "recovery", "growth", "limit", "memory", "concurrency", "paths", "capacity",
-    "stream", "startup", "profile_run", "children",
+    "stream", "startup", "profile_run", "children", "claim_cost",
 ]  # fmt: skip
 TIMEOUT_SECONDS = 240
 
