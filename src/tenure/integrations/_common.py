@@ -4,6 +4,7 @@ reduction of a step's outcome to what a framework expects back."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -63,6 +64,46 @@ def check_effects(
                 DEFAULT_EFFECT,
             )
     return defaulted
+
+
+def say_listed_at_run_time(
+    framework: str, agent_name: str, source: str, declared: Mapping[str, ToolEffect]
+) -> None:
+    """At registration: a toolset (an MCP server's) names its tools only at run time."""
+    log.warning(
+        "%s agent %s: %s lists its tools at run time; each one effects= does not name "
+        "(it names %s) is registered as %s (fenced, at most once).",
+        framework,
+        agent_name,
+        source,
+        ", ".join(sorted(declared)) or "none",
+        DEFAULT_EFFECT,
+    )
+
+
+class Undeclared:
+    """The tools of run-time toolsets that took the default effect, each said once a process
+    (at its first listing), by name."""
+
+    def __init__(self, framework: str, agent_name: str, declared: Mapping[str, ToolEffect]):
+        self._framework, self._agent, self._declared = framework, agent_name, declared
+        self._said: set[str] = set()
+        self._lock = threading.Lock()
+
+    def seen(self, source: str, names: Iterable[str]) -> None:
+        with self._lock:
+            new = sorted(set(names) - set(self._declared) - self._said)
+            self._said.update(new)
+        for name in new:
+            log.warning(
+                "%s agent %s: tool %r of %s has no declared effect; it runs as %s (fenced, "
+                "at most once). Declare it in effects= to change this.",
+                self._framework,
+                self._agent,
+                name,
+                source,
+                DEFAULT_EFFECT,
+            )
 
 
 def effect_of(declared: Mapping[str, ToolEffect], name: str) -> ToolEffect:

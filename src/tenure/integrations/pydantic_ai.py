@@ -28,6 +28,7 @@ agent's output as JSON (a pydantic model is dumped).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import json
 from collections.abc import Callable, Mapping
@@ -61,10 +62,18 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
+from tenure import _loop
 from tenure._errors import InvalidRequest
 from tenure._types import Probe, ToolContext, ToolEffect
 from tenure.agent._functions import AgentContext
-from tenure.integrations._common import check_effects, check_probes, declared_effects, effect_of
+from tenure.integrations._common import (
+    Undeclared,
+    check_effects,
+    check_probes,
+    declared_effects,
+    effect_of,
+    say_listed_at_run_time,
+)
 from tenure.providers._base import ModelReply, ToolSpec
 
 if TYPE_CHECKING:
@@ -114,11 +123,15 @@ def register(
     # name them (undeclared, they are fenced as non-idempotent writes like any other).
     dynamic = any(not isinstance(t, FunctionToolset) for t in agent.toolsets)
     check_effects(FRAMEWORK, agent_name, declared, known, more_at_run_time=dynamic)
+    for toolset in agent.toolsets:
+        if not isinstance(toolset, FunctionToolset):
+            say_listed_at_run_time(FRAMEWORK, agent_name, _label(toolset), declared)
     checked = check_probes(FRAMEWORK, agent_name, declared, probes, known)
     make_deps = deps if deps is not None else _deps_parser(agent)
+    undeclared = Undeclared(FRAMEWORK, agent_name, declared)
 
     def run_agent(ctx: AgentContext, prompt: str, deps: Any = None) -> Any:
-        runner = _Runner(ctx, agent, declared, checked, model)
+        runner = _Runner(ctx, agent, declared, checked, model, undeclared)
         return runner.run(prompt, make_deps(deps))
 
     run_agent.__doc__ = _description(agent, agent_name)
@@ -172,16 +185,24 @@ class _Runner:
         declared: Mapping[str, ToolEffect],
         probes: Mapping[str, Callable[..., Probe]],
         model: str | None,
+        undeclared: Undeclared,
     ) -> None:
         self.ctx = ctx
         self.agent = agent
         self.declared = declared
         self.probes = probes
         self.model = model
+        self.undeclared = undeclared
 
     def run(self, prompt: str, deps: Any) -> Any:
         model = FunctionModel(self._request, model_name=f"tenure:{self.model or 'run'}")
-        toolsets = [StepToolset(t, self) for t in self.agent.toolsets]
+        toolsets = [
+            StepToolset(
+                t if isinstance(t, FunctionToolset) else ProcessLoopToolset(t, self.undeclared),
+                self,
+            )
+            for t in self.agent.toolsets
+        ]
 
         async def main() -> Any:
             # Every toolset wrapped, the agent's own function tools included (so they are
@@ -244,6 +265,79 @@ class StepToolset(WrapperToolset[Any]):
             return wrapped.call_tool(name, tool_args, ctx, tool)
 
         return self._runner.call(name, to_jsonable_python(tool_args), run)
+
+
+class ProcessLoopToolset(WrapperToolset[Any]):
+    """A toolset that holds a connection (an MCP server's session), kept on tenure's process
+    loop rather than on the segment's.
+
+    A tool call runs as a step, on the process loop (`ctx.step`); the session it uses must
+    live there too, since anyio binds a session's streams and tasks to the loop that opened
+    it (called from the segment's loop, a call waited for an answer that never came until
+    the step's timeout). The session is opened and closed by one task on that loop (anyio's
+    cancel scopes end in the task that began them), and the tools are listed there."""
+
+    def __init__(self, wrapped: AbstractToolset[Any], undeclared: Undeclared) -> None:
+        super().__init__(wrapped)
+        self._undeclared = undeclared
+        self._entered = 0
+        self._holder: concurrent.futures.Future[None] | None = None
+        self._release: Callable[[], None] | None = None
+
+    async def _hold(self, ready: concurrent.futures.Future[None]) -> None:
+        released = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def release() -> None:
+            loop.call_soon_threadsafe(released.set)
+
+        self._release = release
+        try:
+            async with self.wrapped:
+                ready.set_result(None)
+                await released.wait()
+        except BaseException as exc:
+            if not ready.done():  # the connection failed: the segment's enter raises it
+                ready.set_exception(exc)
+                return
+            raise
+
+    async def __aenter__(self) -> ProcessLoopToolset:
+        self._entered += 1
+        if self._entered > 1:
+            return self
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._holder = _loop.submit(self._hold(ready))
+        try:
+            await asyncio.wrap_future(ready)
+        except BaseException:
+            self._entered, self._holder = 0, None
+            raise
+        return self
+
+    async def __aexit__(self, *args: Any) -> bool | None:
+        self._entered -= 1
+        if self._entered > 0 or self._holder is None:
+            return None
+        holder, self._holder = self._holder, None
+        if self._release is not None:
+            self._release()
+        await asyncio.wrap_future(holder)
+        return None
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        tools = await asyncio.wrap_future(_loop.submit(self.wrapped.get_tools(ctx)))
+        self._undeclared.seen(_label(self.wrapped), tools)
+        return tools
+
+    def visit_and_replace(
+        self, visitor: Callable[[AbstractToolset[Any]], AbstractToolset[Any]]
+    ) -> AbstractToolset[Any]:
+        return self
+
+
+def _label(toolset: AbstractToolset[Any]) -> str:
+    return f"toolset {toolset.id}" if toolset.id else f"its {type(toolset).__name__}"
 
 
 def _spec(tool: ToolDefinition) -> ToolSpec:
@@ -329,4 +423,4 @@ def to_response(reply: ModelReply) -> ModelResponse:
     return ModelResponse(parts=parts, usage=usage, model_name=reply.model or None)
 
 
-__all__ = ["StepToolset", "register", "step_context", "to_chat", "to_response"]
+__all__ = ["ProcessLoopToolset", "StepToolset", "register", "step_context", "to_chat", "to_response"]
