@@ -17,15 +17,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from agents import Agent as SdkAgent
+from agents.mcp import MCPServerStdio
 from fastmcp.client.transports import StdioTransport
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
 
 import tenure
 from tenure import EventKind, Outcome, RunRequest, RunStatus
+from tenure.integrations import openai_agents as durable_agents
 from tenure.integrations import pydantic_ai as durable
 from tenure.testing import crashtest
 
+from . import mcp_agents_app
 from . import mcp_pydantic_app as git_app
 
 MakeRuntime = Callable[..., tenure.Runtime]
@@ -105,3 +109,64 @@ def test_a_git_commit_through_a_pydantic_ai_agents_mcp_toolset_is_made_once(
         finally:
             rt.close()
         assert git_app.commits_of(str(repo), f"{result.run_id}:4") == 1, result.point
+
+
+def test_an_mcp_read_in_an_openai_agents_sdk_agent_is_a_step(
+    make_runtime: MakeRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tenure.integrations")
+    rt = make_runtime()
+    rt.add_model("default", tenure.providers.Scripted())
+    server = MCPServerStdio(
+        params={"command": sys.executable, "args": ["-m", "mcp_server_time"]},
+        name="time",
+        client_session_timeout_seconds=60,
+    )
+    agent = SdkAgent(name="clock", instructions="Tell the time.", mcp_servers=[server])
+    durable_agents.register(rt, agent, effects={"convert_time": "read_only"})
+    said = [r.message for r in caplog.records]
+    assert any("MCP server time lists its tools at run time" in m for m in said), said
+
+    args = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}
+    result = rt.run(
+        RunRequest(
+            agent="clock",
+            input={"prompt": "Noon UTC in Tokyo?"},
+            script=[{"call": [{"tool": "convert_time", "args": args}]}, {"say": "21:00"}],
+        )
+    )
+
+    assert result.outcome is Outcome.COMPLETED, result.error
+    (step,) = [e.payload for e in rt.events(result.run_id) if e.kind is EventKind.STEP]
+    assert (step["name"], step["effect"], step["error"]) == ("convert_time", "read_only", None)
+    assert "21:00" in json.dumps(step["result"])
+    undeclared = [r.message for r in caplog.records if "'get_current_time'" in r.message]
+    assert len(undeclared) == 1 and "non_idempotent_write" in undeclared[0]
+
+
+@pytest.mark.slow
+def test_a_git_commit_through_an_openai_agents_sdk_agents_mcp_server_is_made_once(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    monkeypatch.setenv(git_app.REPO_VARIABLE, str(repo))
+    scenario = {
+        "name": "commit",
+        "agent": "committer",
+        "input": {"prompt": "Commit."},
+        "script": mcp_agents_app.script(str(repo)),
+    }
+    points = ["write-before git_commit@4", "write-after git_commit@4"]
+    report = crashtest(
+        mcp_agents_app.rt, [scenario], points=points, database=db_url, workdir=tmp_path / "w"
+    )
+    assert report.ok, report.violations()
+    assert sorted(r.point for r in report.results if r.point != "reference") == sorted(points)
+    for result in report.results:
+        rt = tenure.Runtime(result.database)
+        try:
+            run = rt.status(result.run_id)
+            assert run is not None and run.status is RunStatus.COMPLETED, (result.point, run)
+        finally:
+            rt.close()
+        assert mcp_agents_app.commits_of(str(repo), result.run_id) == 1, result.point

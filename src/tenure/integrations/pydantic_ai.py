@@ -28,7 +28,6 @@ agent's output as JSON (a pydantic model is dumped).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import json
 from collections.abc import Callable, Mapping
@@ -62,16 +61,17 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
-from tenure import _loop
 from tenure._errors import InvalidRequest
 from tenure._types import Probe, ToolContext, ToolEffect
 from tenure.agent._functions import AgentContext
 from tenure.integrations._common import (
+    HeldOnProcessLoop,
     Undeclared,
     check_effects,
     check_probes,
     declared_effects,
     effect_of,
+    on_process_loop,
     say_listed_at_run_time,
 )
 from tenure.providers._base import ModelReply, ToolSpec
@@ -269,64 +269,33 @@ class StepToolset(WrapperToolset[Any]):
 
 class ProcessLoopToolset(WrapperToolset[Any]):
     """A toolset that holds a connection (an MCP server's session), kept on tenure's process
-    loop rather than on the segment's.
-
-    A tool call runs as a step, on the process loop (`ctx.step`); the session it uses must
-    live there too, since anyio binds a session's streams and tasks to the loop that opened
-    it (called from the segment's loop, a call waited for an answer that never came until
-    the step's timeout). The session is opened and closed by one task on that loop (anyio's
-    cancel scopes end in the task that began them), and the tools are listed there."""
+    loop, where its calls run as steps (`HeldOnProcessLoop` says why); its tools are listed
+    there too."""
 
     def __init__(self, wrapped: AbstractToolset[Any], undeclared: Undeclared) -> None:
         super().__init__(wrapped)
         self._undeclared = undeclared
         self._entered = 0
-        self._holder: concurrent.futures.Future[None] | None = None
-        self._release: Callable[[], None] | None = None
-
-    async def _hold(self, ready: concurrent.futures.Future[None]) -> None:
-        released = asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def release() -> None:
-            loop.call_soon_threadsafe(released.set)
-
-        self._release = release
-        try:
-            async with self.wrapped:
-                ready.set_result(None)
-                await released.wait()
-        except BaseException as exc:
-            if not ready.done():  # the connection failed: the segment's enter raises it
-                ready.set_exception(exc)
-                return
-            raise
+        self._held = HeldOnProcessLoop(wrapped)
 
     async def __aenter__(self) -> ProcessLoopToolset:
         self._entered += 1
-        if self._entered > 1:
-            return self
-        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._holder = _loop.submit(self._hold(ready))
-        try:
-            await asyncio.wrap_future(ready)
-        except BaseException:
-            self._entered, self._holder = 0, None
-            raise
+        if self._entered == 1:
+            try:
+                await self._held.enter()
+            except BaseException:
+                self._entered = 0
+                raise
         return self
 
     async def __aexit__(self, *args: Any) -> bool | None:
         self._entered -= 1
-        if self._entered > 0 or self._holder is None:
-            return None
-        holder, self._holder = self._holder, None
-        if self._release is not None:
-            self._release()
-        await asyncio.wrap_future(holder)
+        if self._entered == 0:
+            await self._held.exit()
         return None
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
-        tools = await asyncio.wrap_future(_loop.submit(self.wrapped.get_tools(ctx)))
+        tools: dict[str, ToolsetTool[Any]] = await on_process_loop(self.wrapped.get_tools(ctx))
         self._undeclared.seen(_label(self.wrapped), tools)
         return tools
 
@@ -423,4 +392,11 @@ def to_response(reply: ModelReply) -> ModelResponse:
     return ModelResponse(parts=parts, usage=usage, model_name=reply.model or None)
 
 
-__all__ = ["ProcessLoopToolset", "StepToolset", "register", "step_context", "to_chat", "to_response"]
+__all__ = [
+    "ProcessLoopToolset",
+    "StepToolset",
+    "register",
+    "step_context",
+    "to_chat",
+    "to_response",
+]
