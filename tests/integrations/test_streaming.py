@@ -1,13 +1,17 @@
 """A framework agent's requests stream like any model step (SPEC §18): a reader in another
-process sees the answer of a pydantic-ai agent's request grow before its `llm` event."""
+process sees the answer of a pydantic-ai agent's request, and of an OpenAI Agents SDK
+agent's, grow before its `llm` event."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from agents import Agent as SdkAgent
 from pydantic_ai import Agent
 
 from tenure import Outcome, RunRequest
+from tenure.integrations import openai_agents as durable_agents
 from tenure.integrations import pydantic_ai as durable
 from tests.fakes.openai_service import FakeOpenAI
 from tests.stream._proc import MODEL, make_runtime
@@ -19,6 +23,19 @@ __all__ = ["fake"]  # the fixture, used by name
 def test_a_pydantic_ai_agents_request_streams_to_a_reader(db_url: str, fake: FakeOpenAI) -> None:
     rt = make_runtime(db_url, fake.url)
     durable.register(rt, Agent(name="asker", instructions="Answer briefly."), model=MODEL)
+    streamed_before_its_event(db_url, rt)
+
+
+def test_an_openai_agents_sdk_agents_request_streams_to_a_reader(
+    db_url: str, fake: FakeOpenAI
+) -> None:
+    rt = make_runtime(db_url, fake.url)
+    agent = SdkAgent(name="asker", instructions="Answer briefly.")
+    durable_agents.register(rt, agent, model=MODEL)
+    streamed_before_its_event(db_url, rt)
+
+
+def streamed_before_its_event(db_url: str, rt: Any) -> None:
     try:
         run_id = rt.enqueue(RunRequest(agent="asker", input={"prompt": "Where is c-42?"}))
         reader = Reader(db_url, run_id)

@@ -69,10 +69,14 @@ from tenure._errors import InvalidRequest
 from tenure._types import Probe, ToolContext, ToolEffect
 from tenure.agent._functions import AgentContext
 from tenure.integrations._common import (
+    HeldOnProcessLoop,
+    Undeclared,
     check_effects,
     check_probes,
     declared_effects,
     effect_of,
+    on_process_loop,
+    say_listed_at_run_time,
 )
 from tenure.providers._base import ModelReply, ToolSpec
 
@@ -119,11 +123,14 @@ def register(
     known = sorted({t.name for a in reachable for t in a.tools if _is_function(t)})
     dynamic = any(a.mcp_servers for a in reachable)  # their tools are known at run time
     check_effects(FRAMEWORK, agent_name, declared, known, more_at_run_time=dynamic)
+    for server in _servers(reachable):
+        say_listed_at_run_time(FRAMEWORK, agent_name, f"MCP server {server.name}", declared)
     checked = check_probes(FRAMEWORK, agent_name, declared, probes, known)
     make_context = context if context is not None else (lambda value: value)
+    undeclared = Undeclared(FRAMEWORK, agent_name, declared)
 
     def run_agent(ctx: AgentContext, prompt: str, context: Any = None) -> Any:
-        runner = _Runner(ctx, declared, checked, model)
+        runner = _Runner(ctx, declared, checked, model, undeclared)
         return runner.run(agent, prompt, make_context(context), max_turns)
 
     run_agent.__doc__ = (
@@ -163,6 +170,15 @@ def _reachable(agent: agents.Agent[Any]) -> list[agents.Agent[Any]]:
     return list(found.values())
 
 
+def _servers(reachable: list[agents.Agent[Any]]) -> list[Any]:
+    """The MCP servers the agents hold, each once."""
+    found: dict[int, Any] = {}
+    for agent in reachable:
+        for server in agent.mcp_servers:
+            found.setdefault(id(server), server)
+    return list(found.values())
+
+
 class _Runner:
     """One segment's run of the SDK's Runner, its model calls, tools and handoffs as steps."""
 
@@ -172,11 +188,13 @@ class _Runner:
         declared: Mapping[str, ToolEffect],
         probes: Mapping[str, Callable[..., Probe]],
         model: str | None,
+        undeclared: Undeclared,
     ) -> None:
         self.ctx = ctx
         self.declared = declared
         self.probes = probes
         self.model = model
+        self.undeclared = undeclared
         self._wrapped: dict[int, agents.Agent[Any]] = {}
 
     def run(self, agent: agents.Agent[Any], prompt: str, context: Any, max_turns: int) -> Any:
@@ -184,9 +202,20 @@ class _Runner:
         config = RunConfig(model=StepModel(self), tracing_disabled=True)
 
         async def main() -> Any:
-            return await Runner.run(
-                start, prompt, context=context, run_config=config, max_turns=max_turns
-            )
+            # The agents' MCP servers are connected for this segment on the process loop,
+            # where their tools are listed and called (as steps).
+            held = [HeldOnProcessLoop(s) for s in _servers(_reachable(agent))]
+            entered: list[HeldOnProcessLoop] = []
+            try:
+                for server in held:
+                    await server.enter()
+                    entered.append(server)
+                return await Runner.run(
+                    start, prompt, context=context, run_config=config, max_turns=max_turns
+                )
+            finally:
+                for server in reversed(entered):
+                    await server.exit()
 
         # Its own loop in the segment's thread: every step blocks it while it runs, which
         # keeps the steps in one order on every replay (tools called in parallel included).
@@ -222,7 +251,10 @@ class _Runner:
             listed = copy.get_mcp_tools
 
             async def get_mcp_tools(run_context: Any) -> list[Any]:
-                tools = await listed(run_context)
+                tools: list[Any] = await on_process_loop(listed(run_context))
+                self.undeclared.seen(
+                    f"the MCP servers of agent {agent.name}", (t.name for t in tools)
+                )
                 return [self._tool(t) if _is_function(t) else t for t in tools]
 
             copy.get_mcp_tools = get_mcp_tools  # type: ignore[method-assign]

@@ -64,7 +64,16 @@ from pydantic_core import to_jsonable_python
 from tenure._errors import InvalidRequest
 from tenure._types import Probe, ToolContext, ToolEffect
 from tenure.agent._functions import AgentContext
-from tenure.integrations._common import check_effects, check_probes, declared_effects, effect_of
+from tenure.integrations._common import (
+    HeldOnProcessLoop,
+    Undeclared,
+    check_effects,
+    check_probes,
+    declared_effects,
+    effect_of,
+    on_process_loop,
+    say_listed_at_run_time,
+)
 from tenure.providers._base import ModelReply, ToolSpec
 
 if TYPE_CHECKING:
@@ -114,11 +123,15 @@ def register(
     # name them (undeclared, they are fenced as non-idempotent writes like any other).
     dynamic = any(not isinstance(t, FunctionToolset) for t in agent.toolsets)
     check_effects(FRAMEWORK, agent_name, declared, known, more_at_run_time=dynamic)
+    for toolset in agent.toolsets:
+        if not isinstance(toolset, FunctionToolset):
+            say_listed_at_run_time(FRAMEWORK, agent_name, _label(toolset), declared)
     checked = check_probes(FRAMEWORK, agent_name, declared, probes, known)
     make_deps = deps if deps is not None else _deps_parser(agent)
+    undeclared = Undeclared(FRAMEWORK, agent_name, declared)
 
     def run_agent(ctx: AgentContext, prompt: str, deps: Any = None) -> Any:
-        runner = _Runner(ctx, agent, declared, checked, model)
+        runner = _Runner(ctx, agent, declared, checked, model, undeclared)
         return runner.run(prompt, make_deps(deps))
 
     run_agent.__doc__ = _description(agent, agent_name)
@@ -172,16 +185,24 @@ class _Runner:
         declared: Mapping[str, ToolEffect],
         probes: Mapping[str, Callable[..., Probe]],
         model: str | None,
+        undeclared: Undeclared,
     ) -> None:
         self.ctx = ctx
         self.agent = agent
         self.declared = declared
         self.probes = probes
         self.model = model
+        self.undeclared = undeclared
 
     def run(self, prompt: str, deps: Any) -> Any:
         model = FunctionModel(self._request, model_name=f"tenure:{self.model or 'run'}")
-        toolsets = [StepToolset(t, self) for t in self.agent.toolsets]
+        toolsets = [
+            StepToolset(
+                t if isinstance(t, FunctionToolset) else ProcessLoopToolset(t, self.undeclared),
+                self,
+            )
+            for t in self.agent.toolsets
+        ]
 
         async def main() -> Any:
             # Every toolset wrapped, the agent's own function tools included (so they are
@@ -244,6 +265,48 @@ class StepToolset(WrapperToolset[Any]):
             return wrapped.call_tool(name, tool_args, ctx, tool)
 
         return self._runner.call(name, to_jsonable_python(tool_args), run)
+
+
+class ProcessLoopToolset(WrapperToolset[Any]):
+    """A toolset that holds a connection (an MCP server's session), kept on tenure's process
+    loop, where its calls run as steps (`HeldOnProcessLoop` says why); its tools are listed
+    there too."""
+
+    def __init__(self, wrapped: AbstractToolset[Any], undeclared: Undeclared) -> None:
+        super().__init__(wrapped)
+        self._undeclared = undeclared
+        self._entered = 0
+        self._held = HeldOnProcessLoop(wrapped)
+
+    async def __aenter__(self) -> ProcessLoopToolset:
+        self._entered += 1
+        if self._entered == 1:
+            try:
+                await self._held.enter()
+            except BaseException:
+                self._entered = 0
+                raise
+        return self
+
+    async def __aexit__(self, *args: Any) -> bool | None:
+        self._entered -= 1
+        if self._entered == 0:
+            await self._held.exit()
+        return None
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        tools: dict[str, ToolsetTool[Any]] = await on_process_loop(self.wrapped.get_tools(ctx))
+        self._undeclared.seen(_label(self.wrapped), tools)
+        return tools
+
+    def visit_and_replace(
+        self, visitor: Callable[[AbstractToolset[Any]], AbstractToolset[Any]]
+    ) -> AbstractToolset[Any]:
+        return self
+
+
+def _label(toolset: AbstractToolset[Any]) -> str:
+    return f"toolset {toolset.id}" if toolset.id else f"its {type(toolset).__name__}"
 
 
 def _spec(tool: ToolDefinition) -> ToolSpec:
@@ -329,4 +392,11 @@ def to_response(reply: ModelReply) -> ModelResponse:
     return ModelResponse(parts=parts, usage=usage, model_name=reply.model or None)
 
 
-__all__ = ["StepToolset", "register", "step_context", "to_chat", "to_response"]
+__all__ = [
+    "ProcessLoopToolset",
+    "StepToolset",
+    "register",
+    "step_context",
+    "to_chat",
+    "to_response",
+]
