@@ -107,14 +107,11 @@ RETURNING r.id, r.lease_token, r.attempt, r.request, r.requeue_count, r.last_seq
 -- name: _key_has_room
 -- A run whose concurrency key has a limit is claimable while fewer than that many runs of
 -- the key are running (SPEC §22). Read here from this statement's snapshot to pass over the
--- runs of a full key; two claims may both see room for one more, so the claim then locks
--- its keys and counts again (`concurrency_lock`, `concurrency_room`).
+-- runs of a full key (the full keys read once per statement, `tenure_full_keys`); two claims
+-- may both see room for one more, so the claim then locks its keys and counts again
+-- (`concurrency_lock`, `concurrency_room`).
 (t.concurrency_key IS NULL
- OR NOT EXISTS (SELECT 1 FROM tenure_concurrency_limits l
-                 WHERE l.key = t.concurrency_key
-                   AND l.max_running <= (SELECT count(*) FROM tenure_runs x
-                                          WHERE x.concurrency_key = l.key
-                                            AND x.status = 'running')))
+ OR t.concurrency_key <> ALL ((SELECT tenure_full_keys())::text[]))
 
 -- name: claim
 -- Claim up to %(limit)s claimable runs, the highest priority first, then round-robin by
