@@ -381,6 +381,7 @@ class OwnerTransitions(SQLBase):
         rows = cur.execute(
             self._q["settle_batch"], {"batch": dumps([params for _, _, params in work])}
         ).fetchall()
+        self._after_settle()
         last = {(run_id, int(token)): int(sequence) for run_id, token, sequence in rows}
         out: list[list[int] | None] = []
         for lease, s, _ in work:
@@ -393,6 +394,10 @@ class OwnerTransitions(SQLBase):
                 )
             )
         return out
+
+    def _after_settle(self) -> None:
+        """Between a settle's statement (its triggers have run: a child's end has decided
+        whether to wake its parent) and its commit (a test stalls here)."""
 
     def wait_for_children(
         self, lease: Lease, children: Sequence[str], request: str | None
