@@ -34,18 +34,29 @@ BEGIN
         SELECT status, waits_for_all INTO parent_status, all_children
           FROM tenure_runs WHERE id = NEW.parent_id FOR UPDATE;
         IF parent_status = 'waiting_for_children' THEN
-            -- A later statement than the lock: its snapshot sees every sibling whose end
-            -- committed before the lock was granted.
+            -- Later statements than the lock: their snapshots see every sibling whose end
+            -- committed before the lock was granted. Waiting for all its children, the
+            -- parent is woken when none is going, which the first one the index gives
+            -- tells (a plain index scan, stopped there: a bitmap scan of the parent's
+            -- entries would visit the heap for every dead version of its children).
+            IF all_children THEN
+                PERFORM 1 FROM tenure_runs c
+                  WHERE c.parent_id = NEW.parent_id AND c.parent_id IS NOT NULL
+                    AND c.status NOT IN ('completed', 'failed', 'cancelled')
+                  LIMIT 1;
+                IF FOUND THEN
+                    RETURN NULL;
+                END IF;
+            END IF;
             UPDATE tenure_runs p
                SET status = 'queued', waiting = NULL, available_at = clock_timestamp(),
                    updated_at = clock_timestamp()
              WHERE p.id = NEW.parent_id AND p.status = 'waiting_for_children'
-               AND NOT EXISTS (
+               AND (all_children OR NOT EXISTS (
                    SELECT 1 FROM tenure_runs c
                     WHERE c.parent_id = NEW.parent_id AND c.parent_id IS NOT NULL
                       AND c.status NOT IN ('completed', 'failed', 'cancelled')
-                      AND CASE WHEN all_children THEN true
-                               ELSE strpos(p.waiting, '"' || c.id || '"') > 0 END)
+                      AND strpos(p.waiting, '"' || c.id || '"') > 0))
             RETURNING p.queue INTO woken;
             IF woken IS NOT NULL THEN
                 PERFORM pg_notify('tenure_runs', woken);
