@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tenure._requests import new_run_id
-from tenure._types import RunStatus
-from tenure.store import Lease, NewRun, Store
+from tenure._types import RunStatus, TerminationReason
+from tenure.store import Lease, NewRun, Settlement, Store
 
 from .helpers import REQUEST, completed, enqueue, new_run
 from .test_races import ROUNDS, race
@@ -148,3 +148,58 @@ def _notified(conn: Any, queue: str) -> int:
     if conn is None:
         return 0
     return sum(1 for n in conn.notifies(timeout=0.3) if n.payload == queue)
+
+
+def test_a_child_redriven_while_its_parent_goes_waiting_for_another_never_holds_it(
+    store: Store,
+) -> None:
+    """The parent goes waiting for its second child only (its first is dead-lettered: not
+    going, so the parent waits for every child still going) and stalls between its lock
+    and its write; the first is redriven meanwhile. Whichever way they take turns, the
+    parent is woken when the second ends, although the first, which it does not wait
+    for, is going again."""
+    hook = store._before_wait  # type: ignore[attr-defined]
+    stalled, resume = threading.Event(), threading.Event()
+
+    def stall() -> None:
+        stalled.set()
+        assert resume.wait(10)
+        hook()
+
+    store._before_wait = stall  # type: ignore[attr-defined]
+    try:
+        parent = enqueue(store, queue="parents")
+        held = store.claim_run(parent, "worker:p", 30)
+        assert held is not None
+        first, second = (
+            store.enqueue(NewRun(new_run_id(), "kids", REQUEST, None, parent_id=parent))[0]
+            for _ in range(2)
+        )
+        dead = Settlement(RunStatus.FAILED, TerminationReason.NOT_RETRYABLE, error="x")
+        assert store.settle(_claim(store, first, "worker:a"), dead) is not None
+        results: dict[str, Any] = {}
+
+        def wait() -> None:
+            results["wait"] = store.wait_for_children(held.lease, [second], None)
+
+        def redrive() -> None:
+            results["redrive"] = store.redrive(first, False)
+
+        waiting = threading.Thread(target=wait)
+        waiting.start()
+        assert stalled.wait(10)
+        redriving = threading.Thread(target=redrive)
+        redriving.start()
+        redriving.join(0.5)  # it goes first, or waits for the stalled parent's lock
+        resume.set()
+        for t in (waiting, redriving):
+            t.join(10)
+            assert not t.is_alive()
+    finally:
+        store._before_wait = hook  # type: ignore[attr-defined]
+    assert results["wait"] and results["redrive"]
+    again = store.get_run(first)
+    assert again is not None and again.status is RunStatus.QUEUED
+    assert store.settle(_claim(store, second, "worker:b"), completed()) is not None
+    run = store.get_run(parent)
+    assert run is not None and run.status is RunStatus.QUEUED, run

@@ -404,6 +404,10 @@ class OwnerTransitions(SQLBase):
             )
         return out
 
+    def _before_wait(self) -> None:
+        """Between a parent's `held` (on PostgreSQL its row is locked from here) and its
+        `wait_for_children` (a test stalls here)."""
+
     def _after_settle(self) -> None:
         """Between a settle's statement (its triggers have run: a child's end has decided
         whether to wake its parent) and its commit (a test stalls here)."""
@@ -423,6 +427,7 @@ class OwnerTransitions(SQLBase):
         def tx(cur: Cursor) -> list[int] | bool | None:
             if cur.execute(self._q["held"], params).fetchone() is None:
                 return None
+            self._before_wait()
             sequences = self._guarded_in(
                 cur, "wait_for_children", params, lease.run_id, [event], lease
             )
