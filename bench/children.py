@@ -3,6 +3,7 @@ and how soon a parent is claimed once its last child has settled.
 
     python bench/children.py [--size 1000] [--concurrency 50] [--trials 30] [--repeat 3]
                              [--quick] [--postgres URL] [--no-postgres] [--no-sqlite]
+                             [--against DIR]
 
 Fan-out: one worker (a thread pool in this process) at concurrency 50 drains, on a fresh
 database each time, (a) N runs of one scripted model call each, enqueued together, and (b)
@@ -16,6 +17,13 @@ worker that ran the child settles it and claims the woken parent; "elsewhere": t
 run by another process's segment (a queue the worker does not serve) while the worker is
 idle, so the worker learns of the parent by NOTIFY (PostgreSQL) or by its poll (SQLite).
 
+Each drain runs in a fresh child process, which reports its wall time and CPU time: its own
+(the worker, every thread) and, when the database is PostgreSQL on this machine, its
+server's (every process of the cluster, read from /proc). `--against DIR` (repeatable)
+drains another checkout of tenure (its `src/`) too, alternating with this one, flat and tree
+in turn, so that the machine's drift falls on all of them alike; its rows are shown beside
+this one's.
+
 Without --postgres a private cluster is started (as the other scripts do) and removed;
 with it, each measurement gets a fresh database on that server.
 """
@@ -23,10 +31,15 @@ with it, each measurement gets a fresh database on that server.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import _common
 
@@ -34,6 +47,8 @@ import tenure
 from tenure import EventKind, RunRequest, RunStatus
 from tenure.audit import audit
 
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 SAY = [{"say": "ok"}]
 
 
@@ -60,20 +75,59 @@ def app(url: str) -> tenure.Runtime:
     return rt
 
 
-def drain(url: str, requests: list[RunRequest], concurrency: int) -> float:
+def drain(url: str, requests: list[RunRequest], concurrency: int) -> dict[str, float]:
+    """Wall and CPU seconds from the enqueue to the last run's end."""
     rt = app(url)
     try:
-        start = time.perf_counter()
+        rt.store  # noqa: B018 -- the schema, before timing
+        server = _server_cpu(url)
+        start, cpu = time.perf_counter(), time.process_time()
         rt.enqueue_many(requests)
         rt.worker(concurrency=concurrency, burst=True).run()
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        server_after = _server_cpu(url)
         left = [r for r in rt.runs(limit=len(requests) * 2 + 10) if not r.status.is_terminal]
         assert not left, f"{len(left)} runs not done"
         report = audit(rt.store)
         assert report.ok, report.summary()
-        return elapsed
+        db = server_after - server if server is not None and server_after is not None else -1.0
+        return {"wall": elapsed, "cpu": cpu, "db_cpu": db}
     finally:
         rt.close()
+
+
+def _server_cpu(url: str) -> float | None:
+    """CPU seconds so far of every process of the PostgreSQL cluster serving `url` (its
+    postmaster's children), when it runs on this machine; None otherwise (SQLite runs in
+    the worker's own process: its CPU is the worker's)."""
+    if not url.startswith("postgresql"):
+        return None
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        (backend,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
+        try:
+            postmaster = int(_stat(int(backend))[1])
+        except OSError:
+            return None
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = _stat(int(entry))
+        except OSError:
+            continue
+        if int(entry) == postmaster or int(fields[1]) == postmaster:
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (state, ppid, ...)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
 
 
 def wake_latencies(url: str, trials: int, elsewhere: bool) -> list[float]:
@@ -138,44 +192,130 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
-def measure(name: str, fresh: Callable[[], str], args: argparse.Namespace) -> list[str]:
-    size, c = args.size, args.concurrency
-    flat = [RunRequest(agent="leaf", input={"n": i}, script=SAY) for i in range(size)]
-    tree = [RunRequest(agent="fan", input={"size": size})]
-    flat_s = statistics.median(drain(fresh(), flat, c) for _ in range(args.repeat))
-    tree_s = statistics.median(drain(fresh(), tree, c) for _ in range(args.repeat))
+def requests_of(kind: str, size: int) -> list[RunRequest]:
+    if kind == "flat":
+        return [RunRequest(agent="leaf", input={"n": i}, script=SAY) for i in range(size)]
+    return [RunRequest(agent="fan", input={"size": size})]
+
+
+def child_main(url: str, kind: str, size: int, concurrency: int) -> None:
+    """In a child process whose `sys.path` starts at the checkout being measured."""
+    print(json.dumps(drain(url, requests_of(kind, size), concurrency)))
+
+
+def run_child(src: Path, url: str, kind: str, args: argparse.Namespace) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(HERE)])}
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", url, kind, str(args.size), str(args.concurrency)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=_common.CHILD_TIMEOUT_SECONDS,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"child failed:\n{done.stderr[-3000:]}")
+    result: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def measure(
+    name: str, fresh: Callable[[], str], checkouts: dict[str, Path], args: argparse.Namespace
+) -> tuple[list[str], list[str]]:
+    """The fan-out rows (one per checkout) and the wake-up row (this checkout's)."""
+    drains: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for _ in range(args.repeat):
+        for label, src in checkouts.items():  # alternating: the drift falls on every one
+            for kind in ("flat", "tree"):
+                drains.setdefault((label, kind), []).append(run_child(src, fresh(), kind, args))
+    rows = []
+    for label in checkouts:
+        flat, tree = drains[(label, "flat")], drains[(label, "tree")]
+        system = name if label == "this" else f"{name} ({label})"
+        rows.append(
+            f"| {system} | {_med(flat, 'wall'):.2f} s | {_med(tree, 'wall'):.2f} s "
+            f"| {_med(tree, 'wall') / _med(flat, 'wall'):.2f}x "
+            f"| {_cpu(flat)} | {_cpu(tree)} | {_cpu_ratio(flat, tree)} |"
+        )
     same = wake_latencies(fresh(), args.trials, elsewhere=False)
     other = wake_latencies(fresh(), args.trials, elsewhere=True)
-    return [
-        f"| {name} | {flat_s:.2f} s | {tree_s:.2f} s | {tree_s / flat_s:.2f}x "
-        f"| {statistics.median(same):.1f} / {p95(same):.1f} ms "
+    wake = [
+        f"| {name} | {statistics.median(same):.1f} / {p95(same):.1f} ms "
         f"| {statistics.median(other):.1f} / {p95(other):.1f} ms |"
     ]
+    return rows, wake
+
+
+def _med(drains: list[dict[str, float]], key: str) -> float:
+    return statistics.median(d[key] for d in drains)
+
+
+def _cpu(drains: list[dict[str, float]]) -> str:
+    """Worker CPU + database CPU (the database's only when it could be read)."""
+    if _med(drains, "db_cpu") < 0:
+        return f"{_med(drains, 'cpu'):.2f} s"
+    return f"{_med(drains, 'cpu'):.2f} + {_med(drains, 'db_cpu'):.2f} s"
+
+
+def _cpu_ratio(flat: list[dict[str, float]], tree: list[dict[str, float]]) -> str:
+    def total(drains: list[dict[str, float]]) -> float:
+        return _med(drains, "cpu") + max(_med(drains, "db_cpu"), 0.0)
+
+    return f"{total(tree) / total(flat):.2f}x"
 
 
 def main() -> None:
     parser = _common.parser(__doc__.splitlines()[0], default_size=1000, quick_size=50)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--trials", type=int, default=30, help="wake-ups per store")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        action="append",
+        default=[],
+        help="another checkout of tenure to compare (repeatable)",
+    )
     args = parser.parse_args()
     args.size, args.repeat = _common.size_and_repeat(args)
     if args.quick:
         args.trials = min(args.trials, 5)
+    checkouts = {"this": ROOT / "src"}
+    for other in args.against:
+        checkouts[str(other)] = other.resolve() / "src"
     rows = [
-        "| system | N flat | 1 parent + N children | ratio | wake, same worker p50 / p95 "
-        "| wake, child settled elsewhere p50 / p95 |",
-        "|---|---|---|---|---|---|",
+        "| system | N flat | 1 parent + N children | ratio | CPU flat (worker + database) "
+        "| CPU tree | CPU ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    wakes = [
+        "| system | wake, same worker p50 / p95 | wake, child settled elsewhere p50 / p95 |",
+        "|---|---|---|",
     ]
     if not args.no_sqlite:
         with _common.scratch_dir() as tmp:
             count = iter(range(1_000_000))
-            rows += measure("tenure/SQLite", lambda: f"sqlite:///{tmp}/b{next(count)}.db", args)
+            fan, wake = measure(
+                "tenure/SQLite", lambda: f"sqlite:///{tmp}/b{next(count)}.db", checkouts, args
+            )
+            rows += fan
+            wakes += wake
     with _common.maybe_postgres(args) as pg:
         if pg is not None:
-            rows += measure("tenure/PostgreSQL", lambda: pg.fresh("children"), args)
-    print(f"N = {args.size}, concurrency {args.concurrency}, {args.trials} wake-ups each\n")
+            fan, wake = measure("tenure/PostgreSQL", lambda: pg.fresh("children"), checkouts, args)
+            rows += fan
+            wakes += wake
+    print(_common.machine())
+    print(
+        f"N = {args.size}, concurrency {args.concurrency}, {args.trials} wake-ups each, "
+        f"median of {args.repeat} drains\n"
+    )
     print("\n".join(rows))
+    print()
+    print("\n".join(wakes))
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    else:
+        main()

@@ -5,6 +5,7 @@ tree's control (cancel, dead-letter, redrive)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable
@@ -315,6 +316,46 @@ def test_a_redriven_child_that_completes_wakes_the_parent_still_waiting(
     rt.run_queued(parent)
     run = rt.status(parent)
     assert run is not None and json.loads(run.output or "") == ["done", {"topic": "b", "words": 1}]
+    assert_audited(rt)
+
+
+def test_a_redriven_child_the_parent_no_longer_waits_for_does_not_hold_it_back(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The parent caught its first child's failure and waits for a second, the only child
+    still going: every child's end then only asks whether a child is still going. The
+    first is redriven meanwhile; the second's end must still wake the parent, although a
+    child it does not wait for is going again."""
+    rt = children_app(make_runtime)
+
+    @rt.agent
+    def failing(ctx: tenure.AgentContext) -> str:
+        raise ValueError("not this time")
+
+    @rt.agent
+    def second_try(ctx: tenure.AgentContext) -> Any:
+        first = ctx.child(agent="failing", input={})
+        with contextlib.suppress(ChildFailed):
+            ctx.wait(first)
+        return ctx.wait(ctx.child(agent="reader", input={"topic": "second"}))
+
+    parent = rt.enqueue(request("second_try"))
+    rt.run_queued(parent)
+    (first,) = rt.runs(parent=parent)
+    rt.run_queued(first.id)  # dead-lettered: wakes the parent
+    rt.run_queued(parent)  # catches it, waits for the second child
+    second = next(r for r in rt.runs(parent=parent) if r.id != first.id)
+    assert rt.redrive(first.id)
+    rt.run_queued(second.id)
+    woken = rt.status(parent)
+    assert woken is not None and woken.status is RunStatus.QUEUED, woken
+    again = rt.status(first.id)
+    assert again is not None and again.status is RunStatus.QUEUED
+    rt.run_queued(parent)
+    run = rt.status(parent)
+    assert run is not None and json.loads(run.output or "") == {"topic": "second", "words": 6}
+    gone = rt.status(first.id)  # the parent's end took the child it left going with it
+    assert gone is not None and gone.status is RunStatus.CANCELLED
     assert_audited(rt)
 
 

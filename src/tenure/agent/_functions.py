@@ -743,11 +743,14 @@ class AgentContext:
         parent's limits (which are the root's), so that its calls go through the tree's
         ledger with the same limits; a budget of its own is refused."""
         tree = (self._request.max_tokens, self._request.max_cost)
-        if (made.max_tokens, made.max_cost) not in ((None, None), tree):
+        own = (made.max_tokens, made.max_cost)
+        if own not in ((None, None), tree):
             raise InvalidRequest(
                 "child: a child spends from its tree's budget (the root's max_tokens and "
                 "max_cost); do not set one of its own"
             )
+        if own == tree:  # nothing to carry (a copy checks the whole request again)
+            return made
         return dataclasses.replace(made, max_tokens=tree[0], max_cost=tree[1])
 
     def _create(self, requests: list[RunRequest]) -> list[ChildHandle]:

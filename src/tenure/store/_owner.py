@@ -61,27 +61,26 @@ class OwnerTransitions(SQLBase):
         return self._write(tx)
 
     def _enqueue_in(self, cur: Cursor, runs: Sequence[NewRun]) -> list[tuple[str, bool]]:
+        params = [
+            {
+                "id": run.run_id,
+                "queue": run.queue,
+                "request": run.request,
+                "idempotency_key": run.idempotency_key,
+                "delay": run.delay,
+                "last_sequence": len(run.events) - 1,
+                "priority": run.priority,
+                "concurrency_key": run.concurrency_key,
+                "parent_id": run.parent_id,
+                "root_id": run.root_id,
+            }
+            for run in runs
+        ]
+        inserted = self._insert_runs(cur, params)
         out = []
         events: list[dict[str, Any]] = []  # every run's events, one insert at the end
-        for run in runs:
-            cur.execute(
-                self._q["enqueue"],
-                {
-                    "id": run.run_id,
-                    "queue": run.queue,
-                    "request": run.request,
-                    "idempotency_key": run.idempotency_key,
-                    "delay": run.delay,
-                    "last_sequence": len(run.events) - 1,
-                    "priority": run.priority,
-                    "concurrency_key": run.concurrency_key,
-                    "parent_id": run.parent_id,
-                    "root_id": run.root_id,
-                },
-            )
-            # No row inserted (by the statement's count: SQLite's enqueue has no
-            # RETURNING, which costs it a result table per insert): the key is taken.
-            if cur.rowcount == 0:
+        for run, created in zip(runs, inserted, strict=True):
+            if not created:  # the key is taken (by an earlier run, or one of this batch)
                 existing = cur.execute(
                     self._q["find_by_idempotency_key"],
                     {"idempotency_key": run.idempotency_key},
@@ -91,6 +90,16 @@ class OwnerTransitions(SQLBase):
             _event_rows(events, run.run_id, len(run.events) - 1, 0, 0, run.events)
             out.append((run.run_id, True))
         self._insert_events(cur, events)
+        return out
+
+    def _insert_runs(self, cur: Cursor, params: list[dict[str, Any]]) -> list[bool]:
+        """The `enqueue` statement for each run, in order; whether each inserted its row
+        (by the statement's count: SQLite's enqueue has no RETURNING, which costs it a
+        result table per insert). No row: the key is taken."""
+        out = []
+        for p in params:
+            cur.execute(self._q["enqueue"], p)
+            out.append(cur.rowcount != 0)
         return out
 
     def start(self, run: NewRun, owner: str, lease_seconds: float) -> Lease:
@@ -381,6 +390,7 @@ class OwnerTransitions(SQLBase):
         rows = cur.execute(
             self._q["settle_batch"], {"batch": dumps([params for _, _, params in work])}
         ).fetchall()
+        self._after_settle()
         last = {(run_id, int(token)): int(sequence) for run_id, token, sequence in rows}
         out: list[list[int] | None] = []
         for lease, s, _ in work:
@@ -393,6 +403,14 @@ class OwnerTransitions(SQLBase):
                 )
             )
         return out
+
+    def _before_wait(self) -> None:
+        """Between a parent's `held` (on PostgreSQL its row is locked from here) and its
+        `wait_for_children` (a test stalls here)."""
+
+    def _after_settle(self) -> None:
+        """Between a settle's statement (its triggers have run: a child's end has decided
+        whether to wake its parent) and its commit (a test stalls here)."""
 
     def wait_for_children(
         self, lease: Lease, children: Sequence[str], request: str | None
@@ -409,6 +427,7 @@ class OwnerTransitions(SQLBase):
         def tx(cur: Cursor) -> list[int] | bool | None:
             if cur.execute(self._q["held"], params).fetchone() is None:
                 return None
+            self._before_wait()
             sequences = self._guarded_in(
                 cur, "wait_for_children", params, lease.run_id, [event], lease
             )

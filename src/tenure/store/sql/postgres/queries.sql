@@ -1117,11 +1117,21 @@ SELECT 1 FROM tenure_runs
 -- on at once; never a parent asleep with nothing left to wake it. Run after `held` in the
 -- same transaction, as its own statement: it reads the children with a snapshot taken
 -- after the parent's row was locked. An interactive run stores its request now.
+-- `waits_for_all`: no child of the run still going is left out of %(children)s (read
+-- under the same lock; a child that goes on again later clears it, trigger
+-- tenure_runs_revived), so that a child's end can tell by the index alone whether it was
+-- the last (0019).
 UPDATE tenure_runs
    SET status = 'waiting_for_children', claimed_by = '', lease_expires = NULL,
        pending_effect = '', fence_call = NULL, fence_probe = false,
        request = COALESCE(request, %(request)s::text), waiting = %(waiting)s, decision = NULL,
-       wait_deadline = NULL, last_sequence = last_sequence + %(n)s, updated_at = {now}
+       wait_deadline = NULL, last_sequence = last_sequence + %(n)s, updated_at = {now},
+       waits_for_all = NOT EXISTS (
+           SELECT o.id FROM tenure_runs AS o
+            WHERE o.parent_id = %(id)s
+              AND o.status NOT IN ('completed', 'failed', 'cancelled')
+           EXCEPT
+           SELECT json_array_elements_text(%(children)s::json))
  WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
    AND lease_token = %(token)s AND lease_expires >= {now}
    AND EXISTS (SELECT 1 FROM json_array_elements_text(%(children)s::json) AS w(id)

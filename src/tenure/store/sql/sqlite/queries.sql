@@ -933,11 +933,21 @@ SELECT 1 FROM tenure_runs
 -- on at once; never a parent asleep with nothing left to wake it. (SQLite has one writer at
 -- a time: the children read here cannot change before this commits.) An interactive run
 -- stores its request now, so that any worker can continue it.
+-- `waits_for_all`: no child of the run still going is left out of :children (a child that
+-- goes on again later clears it, trigger tenure_runs_revived), so that a child's end can
+-- tell by the index alone whether it was the last (0019).
 UPDATE tenure_runs
    SET status = 'waiting_for_children', claimed_by = '', lease_expires = NULL,
        pending_effect = '', fence_call = NULL, fence_probe = 0,
        request = COALESCE(request, :request), waiting = :waiting, decision = NULL,
-       wait_deadline = NULL, last_sequence = last_sequence + :n, updated_at = {now}
+       wait_deadline = NULL, last_sequence = last_sequence + :n, updated_at = {now},
+       waits_for_all = NOT EXISTS (
+           SELECT o.id FROM tenure_runs AS o
+            WHERE o.parent_id = :id
+              AND NOT (o.status = 'completed' OR o.status = 'failed'
+                       OR o.status = 'cancelled')
+           EXCEPT
+           SELECT value FROM json_each(:children))
  WHERE id = :id AND status = 'running' AND claimed_by = :owner
    AND lease_token = :token AND lease_expires >= {now}
    AND EXISTS (SELECT 1 FROM json_each(:children) AS w
