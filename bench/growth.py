@@ -75,8 +75,8 @@ def measure(url: str, backlog: int, claims: int, drain_n: int, into: Measures) -
 def main() -> None:
     args = c.parser(__doc__.splitlines()[0], default_size=1_000_000, quick_size=1000).parse_args()
     size, times = c.size_and_repeat(args)
-    claims = min(CLAIMS, max(10, size // 10))
-    drain_n = min(DRAIN, max(10, size // 20))
+    claims = min(CLAIMS, max(10, size // 40))
+    drain_n = min(DRAIN, max(10, size // 40))
     # Each repetition claims and drains from the backlog: it must last every repetition.
     if (claims + drain_n) * times > size // 10:
         raise SystemExit(
