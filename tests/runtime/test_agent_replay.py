@@ -262,3 +262,44 @@ def test_a_run_cancelled_during_its_replay_runs_no_step_past_the_journal(
     assert ran == ["lookup:A", "lookup:missing", "cancelled:True"]  # the charge never ran
     run = rt.status(run_id)
     assert run is not None and run.status is tenure.RunStatus.CANCELLED
+
+
+def test_a_step_refused_once_is_refused_again_and_a_replayed_step_runs_once(
+    make_runtime: MakeRuntime,
+) -> None:
+    """`ctx.step` builds a function's step once for a loop of calls: a refusal is raised
+    at every call, not remembered as a step; a step called in a loop replays each result."""
+    rt = make_runtime(backoff_base=0.001, backoff_cap=0.001)
+    ran: list[int] = []
+
+    def square(n: int) -> int:
+        ran.append(n)
+        return n * n
+
+    @rt.agent
+    def squares(ctx: tenure.AgentContext) -> list[object]:
+        refusals = []
+        for _ in range(2):
+            try:
+                ctx.step(square, 1, effect="sometimes")
+            except tenure.InvalidRequest as exc:
+                refusals.append(str(exc))
+        values = [ctx.step(square, n) for n in range(3)]
+        if ctx.attempt == 0:
+            raise tenure.RetryableError("again", failure_class=tenure.FailureClass.SERVER_ERROR)
+        return [refusals, values]
+
+    run_id = rt.enqueue(RunRequest(agent="squares", input={}))
+    first = rt.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    second = None
+    for _ in range(50):
+        second = rt.run_queued(run_id)
+        if second is not None:
+            break
+        time.sleep(0.01)
+    assert second is not None and second.outcome is Outcome.COMPLETED, second
+    refusals, values = json.loads(second.output or "")
+    assert len(refusals) == 2 and refusals[0] == refusals[1]
+    assert "unknown effect 'sometimes'" in refusals[0]
+    assert values == [0, 1, 4] and ran == [0, 1, 2]

@@ -444,6 +444,18 @@ class AgentContext:
             raise
         return position, found
 
+    def _as_recorded(self, step: str, name: str, args_digest: str) -> dict[str, Any] | None:
+        """The payload recorded at the next position if it is exactly this step (which then
+        takes the position), else None: `_next` then says how it differs, or runs it."""
+        found = self._raw.get(self._position)
+        if found is None or self._doubt is not None:
+            return None
+        p = found[1]
+        if p.get("step") == step and p.get("name") == name and p.get("digest") == args_digest:
+            self._position += 1
+            return p
+        return None
+
     def _record(self, events: list[NewEvent], usage: Usage = NO_USAGE) -> None:
         self._segment.steps.record(events, usage)
 
@@ -559,14 +571,13 @@ class AgentContext:
             # other arguments — goes the long way, which says how it differs. The digest is
             # compared as at every step: it is the replay's check.
             p = found[1]
-            if p.get("step") == "tool" and p.get("name") == name and p.get("digest") == digest(
-                args
+            if (
+                p.get("step") == "tool"
+                and p.get("name") == name
+                and p.get("digest") == digest(args)
             ):
                 self._position += 1
-                error = p.get("error")
-                if error is not None:
-                    raise ToolFailed(name, str(error))
-                return p.get("result")
+                return _recorded_result(name, p)
         self._check_doubt()
         known = self._tools.get(name)
         if known is None:
@@ -594,15 +605,22 @@ class AgentContext:
         a tool (a write is fenced; a non-idempotent one may have a probe, called as
         `probe(ctx, *args, **kwargs)`). A function whose first parameter is annotated
         `tenure.ToolContext` receives it (its `idempotency_key` is `RUN_ID:POSITION`)."""
-        tool = step_tool(fn, name, effect, timeout, probe)
+        try:
+            hash((fn, name, effect, timeout, probe))
+        except TypeError:  # an argument that cannot be a key: built for this call alone
+            tool = step_tool(fn, name, effect, timeout, probe)
+        else:
+            tool = _step_tool(fn, name, effect, timeout, probe)
         return self._fenced(tool, "step", {"args": list(args), "kwargs": kwargs}, False)
 
     def _fenced(self, tool: Tool, kind: str, args: dict[str, Any], needs_person: bool) -> Any:
         """A tool or step function at the next position: replayed when recorded; else
         (after a person's approval, if its tool needs one, and its probe, if its write is in
         doubt here) run by the segment's fenced call, and its event recorded."""
-        segment = self._segment
         d = digest(args)
+        recorded = self._as_recorded(kind, tool.name, d)
+        if recorded is not None:  # as in `tool`: a recorded tool step asks no person again
+            return _recorded_result(tool.name, recorded)
         if needs_person:
             approved, who = self._decided(self._position, "approval", tool.name, args, tool)
             if not approved:
@@ -610,6 +628,12 @@ class AgentContext:
         position, found = self._next(kind, tool.name, d)
         if found is not None:
             return _replayed(found)
+        return self._execute(tool, kind, position, d, args)
+
+    def _execute(self, tool: Tool, kind: str, position: int, d: str, args: dict[str, Any]) -> Any:
+        """A tool or step function not recorded yet, at `position`: its probe asked if its
+        write is in doubt here, else run by the segment's fenced call."""
+        segment = self._segment
         key = f"{segment.run_id}:{position}"
         started = time.monotonic()
         done, result = self._in_doubt(tool, kind, position, d, args, key)
@@ -1076,10 +1100,15 @@ def _check_step_name(what: str, name: Any) -> None:
 
 
 def _replayed(found: Recorded) -> Any:
-    error = found.payload.get("error")
+    return _recorded_result(found.name, found.payload)
+
+
+def _recorded_result(name: str, payload: dict[str, Any]) -> Any:
+    """A replayed tool or step function's result, or its recorded error raised again."""
+    error = payload.get("error")
     if error is not None:
-        raise ToolFailed(found.name, str(error))
-    return found.payload.get("result")
+        raise ToolFailed(name, str(error))
+    return payload.get("result")
 
 
 def _written(
@@ -1116,6 +1145,20 @@ def _takes_context(fn: Callable[..., Any]) -> bool:
     except Exception:
         return False
     return bool(params) and hints.get(params[0].name) is ToolContext
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _step_tool(
+    fn: Callable[..., Any],
+    name: str | None,
+    effect: ToolEffect | str,
+    timeout: float,
+    probe: Callable[..., Any] | None,
+) -> Tool:
+    """`step_tool`, built once per function and options: a loop of `ctx.step` calls (and
+    its replay) asks for the same one at every step. A refusal is not kept: it is raised
+    again at every call."""
+    return step_tool(fn, name, effect, timeout, probe)
 
 
 def step_tool(
