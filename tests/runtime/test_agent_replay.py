@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import tenure
 from tenure import Outcome, RunRequest, ToolContext, ToolEffect
@@ -118,3 +122,184 @@ def test_a_replay_over_a_damaged_step_event_stops_the_run(
     run = rt.status(run_id)
     assert run is not None and run.error_class is tenure.FailureClass.CONFIGURATION
     assert "journal holds a damaged step event: not a JSON object" in run.error
+
+
+def _order_app(
+    make_runtime: MakeRuntime, ran: list[str], changed: dict[str, Any]
+) -> tenure.Runtime:
+    """An agent function whose second attempt replays two `ctx.tool` steps (one returned, one
+    raised) and then runs a write; `changed["how"]` makes the replay's code differ."""
+    rt = make_runtime(backoff_base=0.001, backoff_cap=0.001)
+
+    @rt.tool
+    def lookup(order: str, lines: list[int] | None = None) -> dict[str, object]:
+        """Read an order."""
+        ran.append(f"lookup:{order}")
+        if order == "missing":
+            raise KeyError(order)
+        return {"order": order, "lines": lines or [], "total": 12.5}
+
+    @rt.tool(effect=ToolEffect.NON_IDEMPOTENT_WRITE)
+    def charge(order: str) -> str:
+        """Charge an order."""
+        ran.append(f"charge:{order}")
+        return "charged"
+
+    @rt.agent
+    def orders(ctx: tenure.AgentContext) -> list[object]:
+        how = changed.get("how")
+        if how == "another step":
+            ctx.uuid()
+        found = ctx.tool("other" if how == "another tool" else "lookup", order="A", lines=[1, 2])
+        if "between" in changed:  # between two replayed steps
+            changed["between"]()
+        try:
+            ctx.tool("lookup", order="B" if how == "other arguments" else "missing")
+            missing = "found"
+        except tenure.ToolFailed as exc:
+            missing = exc.error
+        if ctx.attempt == 0:
+            raise tenure.RetryableError("again", failure_class=tenure.FailureClass.SERVER_ERROR)
+        return [found, missing, ctx.tool("charge", order="A")]
+
+    @rt.tool
+    def other(order: str, lines: list[int]) -> str:
+        """Another read."""
+        ran.append(f"other:{order}")
+        return "other"
+
+    return rt
+
+
+def test_replayed_tool_steps_return_what_they_returned_and_raise_what_they_raised(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A replayed `ctx.tool` step gives back its recorded result (as JSON has it) or raises
+    its recorded error again, without running; the first step past the journal runs."""
+    ran: list[str] = []
+    rt = _order_app(make_runtime, ran, {})
+    run_id = rt.enqueue(RunRequest(agent="orders", input={}))
+    first = rt.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    assert ran == ["lookup:A", "lookup:missing"]
+    second = None
+    for _ in range(50):  # the backoff of a millisecond
+        second = rt.run_queued(run_id)
+        if second is not None:
+            break
+        time.sleep(0.01)
+    assert second is not None and second.outcome is Outcome.COMPLETED, second
+    assert ran == ["lookup:A", "lookup:missing", "charge:A"]
+    found, missing, charged = json.loads(second.output or "")
+    assert found == {"order": "A", "lines": [1, 2], "total": 12.5}
+    assert missing == "KeyError: 'missing'" and charged == "charged"
+
+
+@pytest.mark.parametrize(
+    ("how", "error"),
+    [
+        (
+            "other arguments",
+            "nondeterministic at step 1: the journal has tool 'lookup' with other arguments, "
+            "the code asked tool 'lookup'",
+        ),
+        (
+            "another tool",
+            "nondeterministic at step 0: the journal has tool 'lookup', "
+            "the code asked tool 'other'",
+        ),
+        (
+            "another step",
+            "nondeterministic at step 0: the journal has tool 'lookup', the code asked uuid 'uuid'",
+        ),
+    ],
+)
+def test_a_replayed_tool_step_the_code_asks_otherwise_is_nondeterministic(
+    make_runtime: MakeRuntime, how: str, error: str
+) -> None:
+    """At a recorded `ctx.tool` step, other arguments, another tool or another kind of step
+    stop the run as nondeterministic, and nothing past the journal runs."""
+    ran: list[str] = []
+    changed: dict[str, Any] = {}
+    rt = _order_app(make_runtime, ran, changed)
+    run_id = rt.enqueue(RunRequest(agent="orders", input={}))
+    first = rt.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    changed["how"] = how
+    second = None
+    for _ in range(50):
+        second = rt.run_queued(run_id)
+        if second is not None:
+            break
+        time.sleep(0.01)
+    assert second is not None and second.outcome is Outcome.FAILED, second
+    run = rt.status(run_id)
+    assert run is not None and run.termination_reason is tenure.TerminationReason.NOT_RETRYABLE
+    assert run.error_class is tenure.FailureClass.CONFIGURATION
+    assert run.error == error
+    assert ran == ["lookup:A", "lookup:missing"]
+
+
+def test_a_run_cancelled_during_its_replay_runs_no_step_past_the_journal(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A replayed step does not look at the lease (nothing outside happens in it); the
+    first step that runs does: a run cancelled while its code replays runs nothing more."""
+    ran: list[str] = []
+    changed: dict[str, Any] = {}
+    rt = _order_app(make_runtime, ran, changed)
+    run_id = rt.enqueue(RunRequest(agent="orders", input={}))
+    first = rt.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    changed["between"] = lambda: ran.append(f"cancelled:{rt.cancel(run_id)}")
+    second = None
+    for _ in range(50):
+        second = rt.run_queued(run_id)
+        if second is not None:
+            break
+        time.sleep(0.01)
+    assert second is not None and second.outcome is Outcome.CANCELLED, second
+    assert ran == ["lookup:A", "lookup:missing", "cancelled:True"]  # the charge never ran
+    run = rt.status(run_id)
+    assert run is not None and run.status is tenure.RunStatus.CANCELLED
+
+
+def test_a_step_refused_once_is_refused_again_and_a_replayed_step_runs_once(
+    make_runtime: MakeRuntime,
+) -> None:
+    """`ctx.step` builds a function's step once for a loop of calls: a refusal is raised
+    at every call, not remembered as a step; a step called in a loop replays each result."""
+    rt = make_runtime(backoff_base=0.001, backoff_cap=0.001)
+    ran: list[int] = []
+
+    def square(n: int) -> int:
+        ran.append(n)
+        return n * n
+
+    @rt.agent
+    def squares(ctx: tenure.AgentContext) -> list[object]:
+        refusals = []
+        for _ in range(2):
+            try:
+                ctx.step(square, 1, effect="sometimes")
+            except tenure.InvalidRequest as exc:
+                refusals.append(str(exc))
+        values = [ctx.step(square, n) for n in range(3)]
+        if ctx.attempt == 0:
+            raise tenure.RetryableError("again", failure_class=tenure.FailureClass.SERVER_ERROR)
+        return [refusals, values]
+
+    run_id = rt.enqueue(RunRequest(agent="squares", input={}))
+    first = rt.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    second = None
+    for _ in range(50):
+        second = rt.run_queued(run_id)
+        if second is not None:
+            break
+        time.sleep(0.01)
+    assert second is not None and second.outcome is Outcome.COMPLETED, second
+    refusals, values = json.loads(second.output or "")
+    assert len(refusals) == 2 and refusals[0] == refusals[1]
+    assert "unknown effect 'sometimes'" in refusals[0]
+    assert values == [0, 1, 4] and ran == [0, 1, 2]

@@ -172,9 +172,13 @@ class Recorded(typing.NamedTuple):
 
 @dataclass
 class StepLog:
-    """An agent function's recorded steps by position, and the decisions of people."""
+    """An agent function's recorded steps by position, and the decisions of people.
 
-    steps: dict[int, Recorded] = field(default_factory=dict)
+    `raw` holds each position's first event as the journal has it, (kind, payload): a
+    replay reads most steps straight from there (`AgentContext.tool`), so a `Recorded` is
+    built only for a step looked at otherwise."""
+
+    raw: dict[int, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     approvals: dict[int, dict[str, Any]] = field(default_factory=dict)
     inputs: dict[int, dict[str, Any]] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
@@ -184,13 +188,15 @@ class StepLog:
         """From a run's (kind, payload) pairs in order. A damaged event stops the replay:
         a step whose record cannot be read must never run again as if it had not run."""
         log = cls()
-        steps = log.steps
-        for kind, p in events:
+        raw = log.raw
+        for event in events:
+            p = event[1]
             if "_damaged" in p:
                 raise AgentFailed(
                     FailureClass.CONFIGURATION,
-                    f"the run's journal holds a damaged {kind} event: {p['_damaged']}",
+                    f"the run's journal holds a damaged {event[0]} event: {p['_damaged']}",
                 )
+            kind = event[0]
             if kind in _NOTED:
                 if kind == "llm":
                     log.usage += Usage(**p.get("usage", {}))
@@ -199,22 +205,35 @@ class StepLog:
                 elif kind == "input" and "turn" in p:
                     log.inputs[p["turn"]] = p
             position = p.get("position")
-            if position is not None and position not in steps:
-                # A replay builds one per recorded step: str() only for what is not one.
-                step = p.get("step", "sleep" if kind == "sleeping" else "")
-                name, d = p.get("name"), p.get("digest")
-                steps[position] = Recorded(
-                    position,
-                    step if type(step) is str else str(step),
-                    name if type(name) is str else str(name),
-                    d if type(d) is str else str(d),
-                    p,
-                )
+            if position is not None and position not in raw:
+                raw[position] = event
         return log
+
+    def recorded(self, position: int) -> Recorded | None:
+        """The step recorded at `position`, if any."""
+        found = self.raw.get(position)
+        return None if found is None else _recorded(*found)
+
+    @property
+    def steps(self) -> dict[int, Recorded]:
+        """Every recorded step by position."""
+        return {position: _recorded(*found) for position, found in self.raw.items()}
 
     @property
     def last(self) -> int:
-        return max(self.steps, default=-1)
+        return max(self.raw, default=-1)
+
+
+def _recorded(kind: str, p: dict[str, Any]) -> Recorded:
+    step = p.get("step", "sleep" if kind == "sleeping" else "")
+    name, d = p.get("name"), p.get("digest")
+    return Recorded(
+        p["position"],
+        step if type(step) is str else str(step),
+        name if type(name) is str else str(name),
+        d if type(d) is str else str(d),
+        p,
+    )
 
 
 # The kinds of event a step log notes besides their steps.
@@ -326,6 +345,7 @@ class AgentContext:
         self._segment = segment
         self._request = request
         self._log = log
+        self._raw = log.raw  # the recorded steps, read at every replayed tool step
         self._agent = agent
         self._position = 0
         self._model_turns = 0
@@ -390,10 +410,19 @@ class AgentContext:
         """The next position, and its recorded step if the journal has one (checked)."""
         if self._doubt is not None:
             raise self._doubt
-        self._check_held()
         position = self._position
-        self._position += 1
-        found = self._log.steps.get(position)
+        found = self._log.recorded(position)
+        if found is not None and (found.step, found.name, found.digest) == (
+            step,
+            name,
+            args_digest,
+        ):
+            # Replayed: nothing outside happens, so the lease is not looked at here; the
+            # first step that runs (or is out of step) looks at it.
+            self._position = position + 1
+            return position, found
+        self._check_held()
+        self._position = position + 1
         try:
             fenced = self._fence_call
             if found is None and fenced is not None and fenced.get("position") == position:
@@ -414,6 +443,18 @@ class AgentContext:
             self._doubt = exc
             raise
         return position, found
+
+    def _as_recorded(self, step: str, name: str, args_digest: str) -> dict[str, Any] | None:
+        """The payload recorded at the next position if it is exactly this step (which then
+        takes the position), else None: `_next` then says how it differs, or runs it."""
+        found = self._raw.get(self._position)
+        if found is None or self._doubt is not None:
+            return None
+        p = found[1]
+        if p.get("step") == step and p.get("name") == name and p.get("digest") == args_digest:
+            self._position += 1
+            return p
+        return None
 
     def _record(self, events: list[NewEvent], usage: Usage = NO_USAGE) -> None:
         self._segment.steps.record(events, usage)
@@ -447,7 +488,7 @@ class AgentContext:
         if not isinstance(change_id, str) or not change_id:
             raise InvalidRequest("patched: change_id must be a non-empty string")
         position = self._position
-        found = self._log.steps.get(position)
+        found = self._log.recorded(position)
         if found is not None and (found.step, found.name) != ("patched", change_id):
             return False  # recorded by code without the change: no position taken
         return bool(self._value_step("patched", change_id, None, lambda: True))
@@ -523,6 +564,20 @@ class AgentContext:
     def tool(self, name: str, /, **args: Any) -> Any:
         """A registered tool with its effect, fence, probe, timeout, approval and the
         idempotency key `RUN_ID:POSITION`; a tool that raises raises `tenure.ToolFailed`."""
+        found = self._raw.get(self._position)
+        if found is not None and self._doubt is None and name in self._tools:
+            # A replay's step, read straight from its payload: what `_fenced` returns for it
+            # (a recorded tool step asks no person again). Anything else — another step, or
+            # other arguments — goes the long way, which says how it differs. The digest is
+            # compared as at every step: it is the replay's check.
+            p = found[1]
+            if (
+                p.get("step") == "tool"
+                and p.get("name") == name
+                and p.get("digest") == digest(args)
+            ):
+                self._position += 1
+                return _recorded_result(name, p)
         self._check_doubt()
         known = self._tools.get(name)
         if known is None:
@@ -550,15 +605,22 @@ class AgentContext:
         a tool (a write is fenced; a non-idempotent one may have a probe, called as
         `probe(ctx, *args, **kwargs)`). A function whose first parameter is annotated
         `tenure.ToolContext` receives it (its `idempotency_key` is `RUN_ID:POSITION`)."""
-        tool = step_tool(fn, name, effect, timeout, probe)
+        try:
+            hash((fn, name, effect, timeout, probe))
+        except TypeError:  # an argument that cannot be a key: built for this call alone
+            tool = step_tool(fn, name, effect, timeout, probe)
+        else:
+            tool = _step_tool(fn, name, effect, timeout, probe)
         return self._fenced(tool, "step", {"args": list(args), "kwargs": kwargs}, False)
 
     def _fenced(self, tool: Tool, kind: str, args: dict[str, Any], needs_person: bool) -> Any:
         """A tool or step function at the next position: replayed when recorded; else
         (after a person's approval, if its tool needs one, and its probe, if its write is in
         doubt here) run by the segment's fenced call, and its event recorded."""
-        segment = self._segment
         d = digest(args)
+        recorded = self._as_recorded(kind, tool.name, d)
+        if recorded is not None:  # as in `tool`: a recorded tool step asks no person again
+            return _recorded_result(tool.name, recorded)
         if needs_person:
             approved, who = self._decided(self._position, "approval", tool.name, args, tool)
             if not approved:
@@ -566,6 +628,12 @@ class AgentContext:
         position, found = self._next(kind, tool.name, d)
         if found is not None:
             return _replayed(found)
+        return self._execute(tool, kind, position, d, args)
+
+    def _execute(self, tool: Tool, kind: str, position: int, d: str, args: dict[str, Any]) -> Any:
+        """A tool or step function not recorded yet, at `position`: its probe asked if its
+        write is in doubt here, else run by the segment's fenced call."""
+        segment = self._segment
         key = f"{segment.run_id}:{position}"
         started = time.monotonic()
         done, result = self._in_doubt(tool, kind, position, d, args, key)
@@ -923,7 +991,7 @@ class AgentContext:
         args = {"prompt": prompt}
         position = self._position
         values = None
-        if self._log.steps.get(position) is None:
+        if self._log.recorded(position) is None:
             values, _ = self._decided(position, "input", prompt, args, None, gate.input_schema)
         result = self._value_step("input", prompt, args, lambda: values)
         if gate.input_model is not None:
@@ -942,7 +1010,7 @@ class AgentContext:
         """A person's decision at `position`: (approved, by whom) or, for input, (values,
         by whom). Holds the run for a person when none is recorded yet."""
         self._check_doubt()
-        found = self._log.steps.get(position)
+        found = self._log.recorded(position)
         if found is not None:
             # Decided and recorded: the step itself replays it (or finds it changed).
             result = found.payload.get("result")
@@ -1035,10 +1103,15 @@ def _check_step_name(what: str, name: Any) -> None:
 
 
 def _replayed(found: Recorded) -> Any:
-    error = found.payload.get("error")
+    return _recorded_result(found.name, found.payload)
+
+
+def _recorded_result(name: str, payload: dict[str, Any]) -> Any:
+    """A replayed tool or step function's result, or its recorded error raised again."""
+    error = payload.get("error")
     if error is not None:
-        raise ToolFailed(found.name, str(error))
-    return found.payload.get("result")
+        raise ToolFailed(name, str(error))
+    return payload.get("result")
 
 
 def _written(
@@ -1075,6 +1148,20 @@ def _takes_context(fn: Callable[..., Any]) -> bool:
     except Exception:
         return False
     return bool(params) and hints.get(params[0].name) is ToolContext
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _step_tool(
+    fn: Callable[..., Any],
+    name: str | None,
+    effect: ToolEffect | str,
+    timeout: float,
+    probe: Callable[..., Any] | None,
+) -> Tool:
+    """`step_tool`, built once per function and options: a loop of `ctx.step` calls (and
+    its replay) asks for the same one at every step. A refusal is not kept: it is raised
+    again at every call."""
+    return step_tool(fn, name, effect, timeout, probe)
 
 
 def step_tool(
@@ -1199,9 +1286,10 @@ def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunRes
         ) from exc
     context._check_doubt()  # a write in doubt whose exception the function caught
     segment.steps.check_held()
-    left = [s for p, s in sorted(log.steps.items()) if p >= context._position]
+    left = [p for p in sorted(log.raw) if p >= context._position]
     if left:
-        raise Nondeterministic(left[0].position, left[0].describe(), "nothing: it returned")
+        step = _recorded(*log.raw[left[0]])
+        raise Nondeterministic(step.position, step.describe(), "nothing: it returned")
     fenced = context._fence_call
     if fenced is not None:  # returned before the step of the write in doubt
         raise Nondeterministic(
