@@ -71,7 +71,7 @@ def test_chaos_soak_of_run_trees(store: str) -> None:
         str(ROOT / "bench" / "soak.py"),
         *("--store", store, "--runs", str(TREES), "--kills", "4", "--interactive", "0"),
         *("--workers", "2", "--interval", "0.5", "--rate", "4", "--fanout", "1.0"),
-        *("--seed", "3", "--json"),
+        *("--seed", "9", "--json"),  # nested trees, budgets of 30 and 60, failing children
     ]
     done = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=200, check=False
@@ -85,5 +85,7 @@ def test_chaos_soak_of_run_trees(store: str) -> None:
     trees = result["trees"]
     assert trees["runs"] >= 4 * TREES and trees["nested parents"] > 0
     assert trees["parents completed"] > 0 and trees["writes of completed children"] > 0
+    assert trees["children failed/not_retryable"] > 0
+    assert trees["children failed/budget_exhausted"] > 0
     assert result["agent_runs"]["steps recorded twice"] == 0
     assert done.returncode == 0, done.stderr[-3000:]
