@@ -33,7 +33,11 @@ tree's budget, a probe-able booking in the ledger, perhaps a sleep past the leas
 twelve failing by design), in 3 trees of 10 one of them a nested `soak_parent` with 2 to 4
 children of its own, and gathers them, in half the trees with `return_exceptions=True`
 (else a failed child fails the parent, which cancels its children still going); a quarter
-of the trees carry a `max_tokens` that some of their children meet (`budget_exhausted`).
+of the trees carry a `max_tokens` that some of their children meet (`budget_exhausted`);
+in 3 trees of 20 the parent gathers only its first half and ends, which cancels the
+children still going. With `--cancels C`, a share C of the trees is cancelled by an
+operator (`rt.cancel` of the root, from the soak's process) 0.5 to 6 s after its enqueue,
+whatever it is doing then (its descendants are cancelled with it).
 Checked besides the audit (tests/_trees.py): no orphan and nothing left waiting, no child
 created twice, each completed parent's answers equal to its children's stored ends, and
 every write of a completed child in the ledger exactly once. The children count as runs.
@@ -154,6 +158,8 @@ def tree_request(rng: random.Random) -> RunRequest:
         "children": tree_children(rng, 2, 8 if nested is None else 6),
         "tolerant": rng.random() < 0.5,
         "nested": nested,
+        # Gathers the first half and ends: its children still going are cancelled with it.
+        "early": rng.random() < 0.15,
     }
     # A child's call uses 30 tokens: a tree of these limits meets its budget part way.
     budget = rng.choice([30, 60, 90, 150]) if rng.random() < 0.25 else None
@@ -194,6 +200,31 @@ def requests(
             )
         )
     return made
+
+
+class Cancels:
+    """The operator of the trees: cancels a share of them, each at a drawn moment after its
+    enqueue, from the soak's own loop (what `rt.cancel` answered, or what it raised)."""
+
+    def __init__(self, rt: tenure.Runtime, rng: random.Random, share: float) -> None:
+        self.rt, self.rng, self.share = rt, rng, share
+        self.due: list[tuple[float, str]] = []
+        self.done: Counter[str] = Counter()
+
+    def plan(self, ids: list[str], made: list[RunRequest]) -> None:
+        for run_id, request in zip(ids, made, strict=True):
+            if self.share and request.agent == "soak_parent" and self.rng.random() < self.share:
+                self.due.append((time.monotonic() + self.rng.uniform(0.5, 6.0), run_id))
+
+    def act(self) -> None:
+        now = time.monotonic()
+        for at, run_id in [d for d in self.due if d[0] <= now]:
+            self.due.remove((at, run_id))
+            try:
+                self.done["cancelled" if self.rt.cancel(run_id) else "already ended"] += 1
+            except Exception as exc:  # a cancel must not fail: counted, and fails the soak
+                self.done[f"raised {type(exc).__name__}"] += 1
+                logging.getLogger("soak").error("cancel of %s raised %s", run_id, exc)
 
 
 class Approver:
@@ -540,6 +571,7 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
     pending = requests(args.runs, rng, args.probed, agents=args.agents, fanout=args.fanout)
     here = Interactive(requests(args.interactive, random.Random(args.seed + 1), 0.0, "here"))
     ids: list[str] = []
+    cancels = Cancels(rt, random.Random(args.seed + 3), args.cancels)
     nemesis = Nemesis(args, rt, cluster)
     for _ in range(args.workers):
         nemesis.spawn()
@@ -553,7 +585,10 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
             # Runs arrive at --rate per second (all at once without one).
             due = len(pending) if not args.rate else int((time.monotonic() - started) * args.rate)
             if due > len(ids):
-                ids += rt.enqueue_many(pending[len(ids) : due])
+                fresh = rt.enqueue_many(pending[len(ids) : due])
+                cancels.plan(fresh, pending[len(ids) : due])
+                ids += fresh
+            cancels.act()
             # Children included: every run is terminal only when no parent can make more.
             every = rt.runs(limit=ALL_RUNS)
             ended = all(r.status.is_terminal for r in every)
@@ -618,6 +653,7 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
         "trees": {"runs": in_trees, **dict(sorted(trees.counts.items()))},
         "tree_problems": trees.problems,
         "approvals": dict(sorted(approver.decided.items())),
+        "tree_cancels": dict(sorted(cancels.done.items())),
         "ledger_writes": report.ledger_entries,
         "interrupted_writes": report.unrecorded_writes,
         "refused_writes": report.refused_writes,
@@ -682,6 +718,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="share of the runs that are run trees of `soak_parent` and its children (§21)",
     )
+    parser.add_argument(
+        "--cancels",
+        type=float,
+        default=0.0,
+        help="share of the run trees an operator cancels while they run (with --fanout)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object instead")
     args = parser.parse_args(argv)
     # The soak's own connections see the nemesis too; their retries are expected noise.
@@ -717,7 +759,8 @@ def main(argv: list[str] | None = None) -> int:
         show(result)
     agents = result["agent_runs"]
     repeated = agents["steps recorded twice"] + agents["writes not in the ledger once"]
-    clean = not result["violations"] and not result["tree_problems"]
+    raised = any(k.startswith("raised") for k in result["tree_cancels"])
+    clean = not result["violations"] and not result["tree_problems"] and not raised
     return 0 if clean and not result["not_ended"] and not repeated else 1
 
 

@@ -6,8 +6,8 @@ tests/crash/test_trees.py).
   otherwise not ended; every run not ended below an ended root is named;
 - no child created twice: per parent, its children's keys (`PARENT_ID:POSITION`) are
   those of the child steps it recorded, each once, and it has as many children as steps;
-- a completed `soak_parent`'s answers are its children's ends, in order (a completed
-  child's stored output; a failed one's status and reason), and its sum theirs;
+- a completed `soak_parent`'s answers are the ends of the children it gathered, in order
+  (a completed child's stored output; a failed one's status and reason), and its sum theirs;
 - every non-idempotent write step of a completed child is in the ledger exactly once.
 
 Each finding is one line in `problems`; `counts` says what was seen.
@@ -23,7 +23,7 @@ from typing import Any
 
 from tenure import Event, EventKind, Run, RunStatus
 
-from .apps import answer_worth
+from .apps import answer_worth, awaited
 
 WRITE_STEPS = (EventKind.LLM, EventKind.TOOL, EventKind.STEP)
 
@@ -76,32 +76,58 @@ def check_trees(
             report.counts["parents"] += 1
             report.counts["nested parents"] += run.parent_id is not None
             _check_children(run, children.get(run.id, []), child_steps, report)
-            if run.status is RunStatus.COMPLETED and _agent(events.get(run.id, ())) == (
-                "soak_parent"
-            ):
-                _check_answers(run, [by_id.get(i) for _, i in child_steps], report)
+            request = _request(events.get(run.id, ()))
+            if run.status is RunStatus.COMPLETED and request.get("agent") == "soak_parent":
+                kids = [by_id.get(i) for _, i in child_steps]
+                if (request.get("input") or {}).get("early"):
+                    report.counts["parents ended early"] += 1
+                    kids = kids[: awaited(len(kids))]
+                _check_answers(run, kids, report)
         if run.parent_id is not None:
-            report.counts["children"] += 1
-            reason = run.termination_reason
-            why = f"/{reason}" if reason is not None and str(reason) != str(run.status) else ""
-            report.counts[f"children {run.status}{why}"] += 1
-            if run.status is RunStatus.COMPLETED:
-                writes, missing = writes_not_once(events.get(run.id, ()), in_ledger)
-                report.counts["writes of completed children"] += writes
-                for _ in range(missing):
-                    report.problems.append(
-                        f"child {run.id}: a write step of the completed child is not in the "
-                        "ledger exactly once"
-                    )
+            _check_child(run, events.get(run.id, ()), in_ledger, report)
+            if run.status is RunStatus.CANCELLED:
+                report.counts[f"children cancelled: {_why_cancelled(run, by_id, events)}"] += 1
     _check_ended_roots(runs, children, report)
     return report
 
 
-def _agent(events: Sequence[Event]) -> str | None:
+def _check_child(
+    run: Run, events: Sequence[Event], in_ledger: Mapping[str, int], report: TreeReport
+) -> None:
+    """How a child ended; a completed child's writes each in the ledger exactly once."""
+    report.counts["children"] += 1
+    reason = run.termination_reason
+    why = f"/{reason}" if reason is not None and str(reason) != str(run.status) else ""
+    report.counts[f"children {run.status}{why}"] += 1
+    if run.status is not RunStatus.COMPLETED:
+        return
+    writes, missing = writes_not_once(events, in_ledger)
+    report.counts["writes of completed children"] += writes
+    for _ in range(missing):
+        report.problems.append(
+            f"child {run.id}: a write step of the completed child is not in the ledger exactly once"
+        )
+
+
+def _why_cancelled(
+    run: Run, by_id: Mapping[str, Run], events: Mapping[str, Sequence[Event]]
+) -> str:
+    """What ended the parent that took this child with it: an operator's cancel, a parent
+    that gathered only some of its children, or its failure (its error, shortened)."""
+    parent = by_id.get(str(run.parent_id))
+    if parent is None:
+        return "parent missing"
+    if parent.status is RunStatus.CANCELLED:
+        return "parent cancelled"
+    if (_request(events.get(parent.id, ())).get("input") or {}).get("early"):
+        return f"parent {parent.status}, ended early"
+    return f"parent {parent.status}: {parent.error[:90]}"
+
+
+def _request(events: Sequence[Event]) -> dict[str, Any]:
     if not events or events[0].kind is not EventKind.REQUEST:
-        return None
-    agent = events[0].payload.get("agent")
-    return str(agent) if agent is not None else None
+        return {}
+    return dict(events[0].payload)
 
 
 def _child_steps(events: Sequence[Event]) -> list[tuple[int, str]]:

@@ -20,8 +20,9 @@ may wait for a person's `ctx.approve` (then an idempotent `save`), and sleeps.
 `soak_parent` and `soak_child` are the soak's run trees (SPEC §21): a parent fans out with
 `ctx.map` to `soak_child` runs (a model call on the tree's budget, the same probe-able
 `ctx.step` booking, perhaps a sleep, perhaps a failure by design), perhaps to one nested
-`soak_parent` of its own, and gathers them (`tolerant`: with `return_exceptions=True`). It
-returns each child's answer in order (its output, or `{"failed": STATUS, "reason": ...}`)
+`soak_parent` of its own, and gathers them (`tolerant`: with `return_exceptions=True`;
+`early`: only the first half, the rest cancelled by its end). It returns each gathered
+child's answer in order (its output, or `{"failed": STATUS, "reason": ...}`)
 and their sum, which `tests/_trees.py` checks against the children's rows.
 """
 
@@ -323,6 +324,7 @@ def _add_soak_trees(rt: tenure.Runtime, ledger: str) -> None:
         children: list[dict[str, Any]],
         tolerant: bool = False,
         nested: dict[str, Any] | None = None,
+        early: bool = False,
     ) -> dict[str, Any]:
         """Fan out to `soak_child` runs (and perhaps a nested parent), gather their answers.
 
@@ -330,16 +332,25 @@ def _add_soak_trees(rt: tenure.Runtime, ledger: str) -> None:
             children: the inputs of the `soak_child` runs
             tolerant: gather with return_exceptions=True (else a failed child fails this run)
             nested: the input of a child `soak_parent` of its own, if any
+            early: gather only the first half of the children (at least one) and end: the
+                others still going are cancelled by this run's end
         """
         handles = ctx.map("soak_child", children, script=SOAK_CHILD_SCRIPT)
         if nested is not None:
             handles.append(ctx.child(agent="soak_parent", input=nested))
+        if early:
+            handles = handles[: awaited(len(handles))]
         found = ctx.gather(*handles, return_exceptions=tolerant)
         answers = [
             {"failed": f.status, "reason": f.reason} if isinstance(f, tenure.ChildFailed) else f
             for f in found
         ]
         return {"answers": answers, "sum": sum(answer_worth(a) for a in answers)}
+
+
+def awaited(children: int) -> int:
+    """How many children, the first ones, a `soak_parent` with `early` waits for."""
+    return max(1, children // 2)
 
 
 def answer_worth(answer: Any) -> int:

@@ -71,6 +71,7 @@ def test_chaos_soak_of_run_trees(store: str) -> None:
         str(ROOT / "bench" / "soak.py"),
         *("--store", store, "--runs", str(TREES), "--kills", "4", "--interactive", "0"),
         *("--workers", "2", "--interval", "0.5", "--rate", "4", "--fanout", "1.0"),
+        *("--cancels", "0.3"),
         *("--seed", "9", "--json"),  # nested trees, budgets of 30 and 60, failing children
     ]
     done = subprocess.run(
@@ -88,4 +89,6 @@ def test_chaos_soak_of_run_trees(store: str) -> None:
     assert trees["children failed/not_retryable"] > 0
     assert trees["children failed/budget_exhausted"] > 0
     assert result["agent_runs"]["steps recorded twice"] == 0
+    cancels = result["tree_cancels"]
+    assert sum(cancels.values()) > 0 and not [k for k in cancels if k.startswith("raised")]
     assert done.returncode == 0, done.stderr[-3000:]

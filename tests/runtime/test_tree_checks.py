@@ -24,6 +24,7 @@ from ..apps import SOAK_CHILD_SCRIPT, make_app
 def tree(children: list[dict[str, object]], **fields: object) -> RunRequest:
     values = {"children": children, "tolerant": fields.pop("tolerant", True)}
     values["nested"] = fields.pop("nested", None)
+    values["early"] = fields.pop("early", False)
     return RunRequest(
         agent="soak_parent", input=values, model="scripted", script=SOAK_CHILD_SCRIPT, **fields
     )  # type: ignore[arg-type]
@@ -44,6 +45,8 @@ def worked(db_url: str, tmp_path: Path) -> Iterator[tuple[tenure.Runtime, Path, 
             tree([{"value": 6, "fail": True}], tolerant=False),
             # Three calls of 30 tokens on a budget of 60: the third is refused.
             tree([{"value": 7}, {"value": 8}, {"value": 9}], max_tokens=60),
+            # Gathers its first child only and ends: the other is cancelled, or done.
+            tree([{"value": 10}, {"value": 11, "sleep": 0.5}], early=True),
         ]
     )
     rt.work(concurrency=1, burst=True)
@@ -69,12 +72,17 @@ def test_clean_trees_pass(worked: tuple[tenure.Runtime, Path, list[str]]) -> Non
     report = checked(rt, ledger)
     assert report.problems == []
     counts = report.counts
-    assert counts["runs in trees"] == (1 + 3 + 1 + 2) + (1 + 1) + (1 + 3)
-    assert counts["parents"] == 4 and counts["nested parents"] == 1
+    assert counts["runs in trees"] == (1 + 3 + 1 + 2) + (1 + 1) + (1 + 3) + (1 + 2)
+    assert counts["parents"] == 5 and counts["nested parents"] == 1
     assert counts["children failed/not_retryable"] == 2
     assert counts["children failed/budget_exhausted"] == 1
-    assert counts["parents completed"] == 3  # the nested parent too
-    assert counts["writes of completed children"] == 6  # values 1, 3, 4, 5, 7, 8
+    assert counts["parents completed"] == 4  # the nested parent too
+    assert counts["parents ended early"] == 1
+    assert json.loads(rt.status(roots[3]).output or "")["answers"] == [{"value": 10}]
+    # Values 1, 3, 4, 5, 7, 8, 10, and 11 unless the early parent's end cancelled it first.
+    late = _child(rt, roots[3], 11).status
+    assert late in (RunStatus.COMPLETED, RunStatus.CANCELLED)
+    assert counts["writes of completed children"] == 7 + (late is RunStatus.COMPLETED)
     first = json.loads(rt.status(roots[0]).output or "")
     assert first["sum"] == 1 + 3 + 4 + 5
     assert rt.status(roots[1]).status is RunStatus.FAILED
