@@ -83,6 +83,7 @@ def check_trees(
                     report.counts["parents ended early"] += 1
                     kids = kids[: awaited(len(kids))]
                 _check_answers(run, kids, report)
+        _check_failure(run, report)
         if run.parent_id is not None:
             _check_child(run, events.get(run.id, ()), in_ledger, report)
             if run.status is RunStatus.CANCELLED:
@@ -107,6 +108,22 @@ def _check_child(
         report.problems.append(
             f"child {run.id}: a write step of the completed child is not in the ledger exactly once"
         )
+
+
+# How a run of a soak tree fails by design: a child's own failure, a spent budget, a
+# parent's uncaught ChildFailed. Any other failure is a run lost to something else.
+_BY_DESIGN = ("fails by design", "raised ChildFailed: ")
+
+
+def _check_failure(run: Run, report: TreeReport) -> None:
+    if run.status is not RunStatus.FAILED or str(run.termination_reason) == "budget_exhausted":
+        return
+    if any(words in run.error for words in _BY_DESIGN):
+        return
+    report.counts[f"failed otherwise: {run.error[:100]}"] += 1
+    report.problems.append(
+        f"run {run.id}: failed {run.termination_reason} otherwise than by design: {run.error[:300]}"
+    )
 
 
 def _why_cancelled(

@@ -193,3 +193,17 @@ def test_a_completed_child_write_not_in_the_ledger_once_is_caught(
             f"child {child.id}: a write step of the completed child is not in the ledger "
             "exactly once"
         ]
+
+
+def test_a_run_failed_otherwise_than_by_design_is_caught(
+    worked: tuple[tenure.Runtime, Path, list[str]],
+) -> None:
+    rt, ledger, roots = worked
+    failed = rt.status(roots[1])
+    assert failed is not None and "raised ChildFailed: " in failed.error
+    error = "agent soak_parent raised StoreError: the database refused the write"
+    runs = [dataclasses.replace(r, error=error) if r.id == failed.id else r for r in rt.runs()]
+    problems = checked(rt, ledger, runs).problems
+    assert problems == [
+        f"run {failed.id}: failed not_retryable otherwise than by design: {error}"
+    ], problems
