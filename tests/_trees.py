@@ -5,10 +5,13 @@ tests/crash/test_trees.py).
 - no orphan: every child's parent and root exist; no run is left waiting for children or
   otherwise not ended; every run not ended below an ended root is named;
 - no child created twice: per parent, its children's keys (`PARENT_ID:POSITION`) are
-  those of the child steps it recorded, each once, and it has as many children as steps;
+  those of the child steps it recorded, each once, and it has as many children as steps
+  (but for children created as the last act of a parent that then ended unrecorded);
 - a completed `soak_parent`'s answers are the ends of the children it gathered, in order
   (a completed child's stored output; a failed one's status and reason), and its sum theirs;
-- every non-idempotent write step of a completed child is in the ledger exactly once.
+- every non-idempotent write step of a completed child is in the ledger exactly once;
+- no run of a tree failed otherwise than by design (a child's own failure, a spent budget,
+  a parent's uncaught `ChildFailed`).
 
 Each finding is one line in `problems`; `counts` says what was seen.
 """
