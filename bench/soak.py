@@ -27,6 +27,21 @@ approves three in four), and sleeps (past the lease: the run is parked). Checked
 the audit: no step position of an agent function recorded twice, and every write step of a
 completed agent run in the ledger exactly once.
 
+With `--fanout S`, a share S of the enqueued runs are run trees (SPEC §21): a `soak_parent`
+(tests/apps.py) fans out with `ctx.map` to 2 to 8 `soak_child` runs (a model call on the
+tree's budget, a probe-able booking in the ledger, perhaps a sleep past the lease, one in
+twelve failing by design), in 3 trees of 10 one of them a nested `soak_parent` with 2 to 4
+children of its own, and gathers them, in half the trees with `return_exceptions=True`
+(else a failed child fails the parent, which cancels its children still going); a quarter
+of the trees carry a `max_tokens` that some of their children meet (`budget_exhausted`);
+in 3 trees of 20 the parent gathers only its first half and ends, which cancels the
+children still going. With `--cancels C`, a share C of the trees is cancelled by an
+operator (`rt.cancel` of the root, from the soak's process) 0.5 to 6 s after its enqueue,
+whatever it is doing then (its descendants are cancelled with it).
+Checked besides the audit (tests/_trees.py): no orphan and nothing left waiting, no child
+created twice, each completed parent's answers equal to its children's stored ends, and
+every write of a completed child in the ledger exactly once. The children count as runs.
+
 Printed: runs, kills, stops, backend kills, restarts, completed and dead-lettered by reason,
 dead-lettered runs whose non-idempotent fence stands (with and without a probe), in-doubt
 requeues and probe verdicts,
@@ -56,17 +71,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.apps import make_app  # noqa: E402
+from tests._trees import check_trees, ledger_keys, writes_not_once  # noqa: E402
+from tests.apps import SOAK_CHILD_SCRIPT, make_app  # noqa: E402
 from tests.crash._workers import WorkerProcess, spawn  # noqa: E402
 
 import tenure  # noqa: E402
-from tenure import EventKind, RunRequest, RunStatus  # noqa: E402
+from tenure import Event, EventKind, RunRequest, RunStatus  # noqa: E402
 from tenure.audit import audit  # noqa: E402
 
 RETRYABLE = ["connection", "timeout", "rate_limit", "server_error", "circuit_open"]
 NOT_RETRYABLE = ["auth", "configuration", "client_error", "unknown"]
 MAX_REQUEUES = 5
 FINISH_TIMEOUT_SECONDS = 300.0
+# Every run, children included, read at once (the listing's limit).
+ALL_RUNS = 1_000_000
 DRAIN_GRACE_SECONDS = 0.3
 
 
@@ -120,11 +138,54 @@ def agent_request(rng: random.Random) -> RunRequest:
     return RunRequest(agent="soak_agent", input=values, model="scripted", script=[{"say": answer}])
 
 
+def tree_children(rng: random.Random, low: int, high: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "value": rng.randint(1, 9),
+            "fail": rng.random() < 1 / 12,
+            "sleep": rng.choice([0.0, 0.0, 0.0, 0.1, 1.5]),
+        }
+        for _ in range(rng.randint(low, high))
+    ]
+
+
+def tree_request(rng: random.Random) -> RunRequest:
+    """A run tree's root, `soak_parent`: its children, nesting, tolerance and budget drawn."""
+    nested = None
+    if rng.random() < 0.3:
+        nested = {"children": tree_children(rng, 2, 4), "tolerant": rng.random() < 0.5}
+    values: dict[str, Any] = {
+        "children": tree_children(rng, 2, 8 if nested is None else 6),
+        "tolerant": rng.random() < 0.5,
+        "nested": nested,
+        # Gathers the first half and ends: its children still going are cancelled with it.
+        "early": rng.random() < 0.15,
+    }
+    # A child's call uses 30 tokens: a tree of these limits meets its budget part way.
+    budget = rng.choice([30, 60, 90, 150]) if rng.random() < 0.25 else None
+    return RunRequest(
+        agent="soak_parent",
+        input=values,
+        model="scripted",
+        script=SOAK_CHILD_SCRIPT,
+        max_tokens=budget,
+    )
+
+
 def requests(
-    n: int, rng: random.Random, probed: float = 0.0, label: str = "soak", agents: float = 0.0
+    n: int,
+    rng: random.Random,
+    probed: float = 0.0,
+    label: str = "soak",
+    agents: float = 0.0,
+    fanout: float = 0.0,
 ) -> list[RunRequest]:
     made = []
     for i in range(n):
+        # No draw without trees: a seed gives the same workload as before they existed.
+        if fanout and rng.random() < fanout:
+            made.append(tree_request(rng))
+            continue
         # No draw without agent runs: a seed gives the same workload as before they existed.
         if agents and rng.random() < agents:
             made.append(agent_request(rng))
@@ -139,6 +200,31 @@ def requests(
             )
         )
     return made
+
+
+class Cancels:
+    """The operator of the trees: cancels a share of them, each at a drawn moment after its
+    enqueue, from the soak's own loop (what `rt.cancel` answered, or what it raised)."""
+
+    def __init__(self, rt: tenure.Runtime, rng: random.Random, share: float) -> None:
+        self.rt, self.rng, self.share = rt, rng, share
+        self.due: list[tuple[float, str]] = []
+        self.done: Counter[str] = Counter()
+
+    def plan(self, ids: list[str], made: list[RunRequest]) -> None:
+        for run_id, request in zip(ids, made, strict=True):
+            if self.share and request.agent == "soak_parent" and self.rng.random() < self.share:
+                self.due.append((time.monotonic() + self.rng.uniform(0.5, 6.0), run_id))
+
+    def act(self) -> None:
+        now = time.monotonic()
+        for at, run_id in [d for d in self.due if d[0] <= now]:
+            self.due.remove((at, run_id))
+            try:
+                self.done["cancelled" if self.rt.cancel(run_id) else "already ended"] += 1
+            except Exception as exc:  # a cancel must not fail: counted, and fails the soak
+                self.done[f"raised {type(exc).__name__}"] += 1
+                logging.getLogger("soak").error("cancel of %s raised %s", run_id, exc)
 
 
 class Approver:
@@ -176,16 +262,18 @@ class Approver:
                     self.decided["approved" if approved else "denied"] += 1
 
 
-def agent_steps(rt: tenure.Runtime, runs: list[tenure.Run], ledger: Path) -> dict[str, int]:
+def agent_steps(
+    runs: list[tenure.Run], events_of: dict[str, list[Event]], ledger: Path
+) -> dict[str, int]:
     """The agent function runs (SPEC §20): how they ended, step positions recorded more than
     once (a step executed again: target 0), and the write steps of completed runs against
     the ledger (each in it exactly once: target 0 otherwise)."""
     lines = ledger.read_text().splitlines() if ledger.exists() else []
-    in_ledger = Counter(line.split()[1] for line in lines if line.strip())
+    in_ledger = ledger_keys(lines)
     steps = (EventKind.LLM, EventKind.TOOL, EventKind.STEP)
     found: Counter[str] = Counter()
     for run in runs:
-        events = rt.events(run.id)
+        events = events_of[run.id]
         if not events or events[0].kind is not EventKind.REQUEST:
             continue
         if events[0].payload.get("agent") is None:
@@ -201,12 +289,9 @@ def agent_steps(rt: tenure.Runtime, runs: list[tenure.Run], ledger: Path) -> dic
         found["steps recorded twice"] += sum(n - 1 for n in positions.values() if n > 1)
         if run.status is not RunStatus.COMPLETED:
             continue
-        for e in events:
-            p = e.payload
-            if e.kind in steps and p.get("effect") == "non_idempotent_write" and not p.get("error"):
-                found["writes of completed runs"] += 1
-                if in_ledger[str(p.get("idempotency_key"))] != 1:
-                    found["writes not in the ledger once"] += 1
+        writes, missing = writes_not_once(events, in_ledger)
+        found["writes of completed runs"] += writes
+        found["writes not in the ledger once"] += missing
     for key in ("steps recorded twice", "writes not in the ledger once"):
         found.setdefault(key, 0)
     return dict(found)
@@ -483,9 +568,10 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
     rt = make_app(args.url, str(args.ledger), args.lease, MAX_REQUEUES)
     rng = random.Random(args.seed)
     started = time.monotonic()
-    pending = requests(args.runs, rng, args.probed, agents=args.agents)
+    pending = requests(args.runs, rng, args.probed, agents=args.agents, fanout=args.fanout)
     here = Interactive(requests(args.interactive, random.Random(args.seed + 1), 0.0, "here"))
     ids: list[str] = []
+    cancels = Cancels(rt, random.Random(args.seed + 3), args.cancels)
     nemesis = Nemesis(args, rt, cluster)
     for _ in range(args.workers):
         nemesis.spawn()
@@ -499,8 +585,12 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
             # Runs arrive at --rate per second (all at once without one).
             due = len(pending) if not args.rate else int((time.monotonic() - started) * args.rate)
             if due > len(ids):
-                ids += rt.enqueue_many(pending[len(ids) : due])
-            every = rt.runs(limit=args.runs + args.interactive + 10)
+                fresh = rt.enqueue_many(pending[len(ids) : due])
+                cancels.plan(fresh, pending[len(ids) : due])
+                ids += fresh
+            cancels.act()
+            # Children included: every run is terminal only when no parent can make more.
+            every = rt.runs(limit=ALL_RUNS)
             ended = all(r.status.is_terminal for r in every)
             all_in = len(ids) == args.runs and here.done
             if all_in and ended and len(nemesis.chaos.kills) >= args.kills:
@@ -516,7 +606,11 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
         if here.thread is not None:
             here.thread.join()
     wall = time.monotonic() - started
-    runs = rt.runs(limit=args.runs + args.interactive + 10)
+    runs = rt.runs(limit=ALL_RUNS)
+    events_of = {r.id: rt.events(r.id) for r in runs}
+    ledger_lines = args.ledger.read_text().splitlines() if args.ledger.exists() else []
+    trees = check_trees(runs, events_of, ledger_lines)
+    in_trees = trees.counts.pop("runs in trees", 0)
     report = audit(
         rt.store,
         args.ledger,
@@ -529,6 +623,7 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
     result = {
         "store": args.store,
         "runs": len(ids),
+        "runs_in_trees": in_trees,
         "interactive": dict(sorted(here.outcomes.items())),
         "arrival_per_s": args.rate or "all at once",
         "workers": args.workers,
@@ -554,8 +649,11 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
         "recovery_median_s": round(statistics.median(recovered), 3) if recovered else None,
         "recovery_p99_s": round(percentile(recovered, 0.99), 3) if recovered else None,
         "recovery_max_s": round(max(recovered), 3) if recovered else None,
-        "agent_runs": agent_steps(rt, runs, args.ledger),
+        "agent_runs": agent_steps(runs, events_of, args.ledger),
+        "trees": {"runs": in_trees, **dict(sorted(trees.counts.items()))},
+        "tree_problems": trees.problems,
         "approvals": dict(sorted(approver.decided.items())),
+        "tree_cancels": dict(sorted(cancels.done.items())),
         "ledger_writes": report.ledger_entries,
         "interrupted_writes": report.unrecorded_writes,
         "refused_writes": report.refused_writes,
@@ -569,8 +667,9 @@ def soak(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
 def show(result: dict[str, Any]) -> None:
     width = 28
     for key, value in result.items():
-        if key == "violations":
-            print(f"{'audit violations':<{width}} {len(value)}")
+        if key in ("violations", "tree_problems"):
+            label = "audit violations" if key == "violations" else "tree problems"
+            print(f"{label:<{width}} {len(value)}")
             for v in value[:50]:
                 print(f"  VIOLATION {v}")
         elif isinstance(value, dict):
@@ -613,6 +712,18 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="share of the runs that run the agent function `soak_agent` (SPEC §20)",
     )
+    parser.add_argument(
+        "--fanout",
+        type=float,
+        default=0.0,
+        help="share of the runs that are run trees of `soak_parent` and its children (§21)",
+    )
+    parser.add_argument(
+        "--cancels",
+        type=float,
+        default=0.0,
+        help="share of the run trees an operator cancels while they run (with --fanout)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object instead")
     args = parser.parse_args(argv)
     # The soak's own connections see the nemesis too; their retries are expected noise.
@@ -648,7 +759,9 @@ def main(argv: list[str] | None = None) -> int:
         show(result)
     agents = result["agent_runs"]
     repeated = agents["steps recorded twice"] + agents["writes not in the ledger once"]
-    return 0 if not result["violations"] and not result["not_ended"] and not repeated else 1
+    raised = any(k.startswith("raised") for k in result["tree_cancels"])
+    clean = not result["violations"] and not result["tree_problems"] and not raised
+    return 0 if clean and not result["not_ended"] and not repeated else 1
 
 
 if __name__ == "__main__":

@@ -16,6 +16,14 @@ and `pay_checked` are `pay` with a probe that reads the ledger by idempotency ke
 answer (`pay`: the probe-able `pay_probed`; else a read), books the run with a `ctx.step`
 write that has a probe (a line in LEDGER, as `pay_probed`'s), draws `ctx.now` and `ctx.uuid`,
 may wait for a person's `ctx.approve` (then an idempotent `save`), and sleeps.
+
+`soak_parent` and `soak_child` are the soak's run trees (SPEC §21): a parent fans out with
+`ctx.map` to `soak_child` runs (a model call on the tree's budget, the same probe-able
+`ctx.step` booking, perhaps a sleep, perhaps a failure by design), perhaps to one nested
+`soak_parent` of its own, and gathers them (`tolerant`: with `return_exceptions=True`;
+`early`: only the first half, the rest cancelled by its end). It returns each gathered
+child's answer in order (its output, or `{"failed": STATUS, "reason": ...}`)
+and their sum, which `tests/_trees.py` checks against the children's rows.
 """
 
 from __future__ import annotations
@@ -86,6 +94,7 @@ def make_app(db_url: str, ledger: str, lease: float = 1.0, max_requeues: int = 3
     _add_pay(rt, ledger, mark, who)
     _add_probed_pay(rt, ledger, mark)
     _add_soak_agent(rt, ledger)
+    _add_soak_trees(rt, ledger)
     _add_checked_pay(rt, ledger, mark)
 
     @rt.tool(effect=ToolEffect.IDEMPOTENT_WRITE, timeout=CRASH_TOOL_TIMEOUT)
@@ -222,18 +231,30 @@ def _add_probed_pay(
         return {"paid": amount}
 
 
-def _add_soak_agent(rt: tenure.Runtime, ledger: str) -> None:
-    fenced = FencedLedger(ledger)
+# A child's model call: a fixed usage, so that a tree's `max_tokens` is met after a few.
+SOAK_CHILD_SCRIPT = [{"say": "ok", "usage": {"input_tokens": 20, "output_tokens": 10}}]
 
-    def booked(ctx: ToolContext, amount: int) -> tenure.Probe:
-        if fenced.paid(ctx.idempotency_key, ctx.fencing_token):
+
+class Bookings:
+    """The soak's `ctx.step` write and its probe: one ledger line per execution, refused
+    to a late attempt; the probe reads the ledger by idempotency key."""
+
+    def __init__(self, ledger: str) -> None:
+        self.fenced = FencedLedger(ledger)
+
+    def booked(self, ctx: ToolContext, amount: int) -> tenure.Probe:
+        if self.fenced.paid(ctx.idempotency_key, ctx.fencing_token):
             return tenure.Probe.done({"booked": amount})
         return tenure.Probe.not_done()
 
-    def book(ctx: ToolContext, amount: int) -> dict[str, int]:
-        """A `ctx.step` write: one ledger line per execution, refused to a late attempt."""
-        fenced.pay(ctx.run_id, ctx.idempotency_key, ctx.fencing_token)
+    def book(self, ctx: ToolContext, amount: int) -> dict[str, int]:
+        self.fenced.pay(ctx.run_id, ctx.idempotency_key, ctx.fencing_token)
         return {"booked": amount}
+
+
+def _add_soak_agent(rt: tenure.Runtime, ledger: str) -> None:
+    bookings = Bookings(ledger)
+    book, booked = bookings.book, bookings.booked
 
     @rt.agent
     def soak_agent(
@@ -267,6 +288,77 @@ def _add_soak_agent(rt: tenure.Runtime, ledger: str) -> None:
         if sleep:
             ctx.sleep(sleep)
         return {"answer": answer, "approved": approved, "at": stamp.isoformat(), "ref": ref}
+
+
+def _add_soak_trees(rt: tenure.Runtime, ledger: str) -> None:
+    bookings = Bookings(ledger)
+
+    @rt.agent
+    def soak_child(
+        ctx: tenure.AgentContext, value: int, fail: bool = False, sleep: float = 0.0
+    ) -> dict[str, int]:
+        """A child of a soak tree: a model call, a booking, perhaps a sleep and a failure.
+
+        Args:
+            value: what it answers, and books
+            fail: raise after the booking (the parent sees ChildFailed)
+            sleep: seconds to sleep before answering (past the lease: the run is parked)
+        """
+        ctx.model(f"child {value}")
+        ctx.step(
+            bookings.book,
+            value,
+            effect=ToolEffect.NON_IDEMPOTENT_WRITE,
+            probe=bookings.booked,
+            timeout=CRASH_TOOL_TIMEOUT,
+        )
+        if sleep:
+            ctx.sleep(sleep)
+        if fail:
+            raise ValueError(f"child {value} fails by design")
+        return {"value": value}
+
+    @rt.agent
+    def soak_parent(
+        ctx: tenure.AgentContext,
+        children: list[dict[str, Any]],
+        tolerant: bool = False,
+        nested: dict[str, Any] | None = None,
+        early: bool = False,
+    ) -> dict[str, Any]:
+        """Fan out to `soak_child` runs (and perhaps a nested parent), gather their answers.
+
+        Args:
+            children: the inputs of the `soak_child` runs
+            tolerant: gather with return_exceptions=True (else a failed child fails this run)
+            nested: the input of a child `soak_parent` of its own, if any
+            early: gather only the first half of the children (at least one) and end: the
+                others still going are cancelled by this run's end
+        """
+        handles = ctx.map("soak_child", children, script=SOAK_CHILD_SCRIPT)
+        if nested is not None:
+            handles.append(ctx.child(agent="soak_parent", input=nested))
+        if early:
+            handles = handles[: awaited(len(handles))]
+        found = ctx.gather(*handles, return_exceptions=tolerant)
+        answers = [
+            {"failed": f.status, "reason": f.reason} if isinstance(f, tenure.ChildFailed) else f
+            for f in found
+        ]
+        return {"answers": answers, "sum": sum(answer_worth(a) for a in answers)}
+
+
+def awaited(children: int) -> int:
+    """How many children, the first ones, a `soak_parent` with `early` waits for."""
+    return max(1, children // 2)
+
+
+def answer_worth(answer: Any) -> int:
+    """What a tree's answer adds to its parent's sum: a child's value, a nested parent's
+    sum, nothing for a failed child."""
+    if not isinstance(answer, dict) or "failed" in answer:
+        return 0
+    return int(answer.get("value", answer.get("sum", 0)))
 
 
 def _add_checked_pay(

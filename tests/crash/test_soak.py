@@ -1,7 +1,8 @@
 """The chaos soak (bench/soak.py) at a small size on each store: about 200 runs and 20 kills,
 stops, and on PostgreSQL terminated backends and a server restart; half the payments have a
 probe (SPEC §16); a third of the runs are agent functions (SPEC §20); zero audit violations,
-no agent function's step executed twice."""
+no agent function's step executed twice. And a small soak of run trees (SPEC §21): about 60
+runs in trees and a few kills, checked by tests/_trees.py besides the audit."""
 
 from __future__ import annotations
 
@@ -53,4 +54,41 @@ def test_chaos_soak(store: str) -> None:
         # Terminating backends can hit none at that instant (all connections idle in the
         # pool); killed connections are tested deterministically in tests/store/.
         assert result["restarts"] >= 1
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+TREES = 10  # about 60 runs with their children
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_chaos_soak_of_run_trees(store: str) -> None:
+    if store == "postgres" and find_bindir() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("PostgreSQL binaries not found: CI must test PostgreSQL", pytrace=False)
+        pytest.skip("PostgreSQL binaries (initdb, pg_ctl) not found")
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "soak.py"),
+        *("--store", store, "--runs", str(TREES), "--kills", "4", "--interactive", "0"),
+        *("--workers", "2", "--interval", "0.5", "--rate", "4", "--fanout", "1.0"),
+        *("--cancels", "0.3"),
+        *("--seed", "9", "--json"),  # nested trees, budgets of 30 and 60, failing children
+    ]
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=200, check=False
+    )
+    assert done.stdout.strip(), done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["violations"] == [], result["violations"][:20]
+    assert result["tree_problems"] == [], result["tree_problems"][:20]
+    assert result["not_ended"] == 0
+    assert result["runs"] == TREES and result["kills"] >= 4
+    trees = result["trees"]
+    assert trees["runs"] >= 4 * TREES and trees["nested parents"] > 0
+    assert trees["parents completed"] > 0 and trees["writes of completed children"] > 0
+    assert trees["children failed/not_retryable"] > 0
+    assert trees["children failed/budget_exhausted"] > 0
+    assert result["agent_runs"]["steps recorded twice"] == 0
+    cancels = result["tree_cancels"]
+    assert sum(cancels.values()) > 0 and not [k for k in cancels if k.startswith("raised")]
     assert done.returncode == 0, done.stderr[-3000:]
