@@ -893,3 +893,51 @@ def test_a_decision_read_for_one_held_step_never_applies_to_the_next_hold(
     assert done is not None and done.outcome is Outcome.COMPLETED, done
     assert calls.counts == {"refund:5": 1}
     assert_audited(rt)
+
+
+def test_a_database_outage_inside_the_function_is_retried_not_dead_lettered(
+    tmp_path: Any,
+) -> None:
+    """The store gives up on a step's write (SQLite's writer lock held elsewhere past the
+    busy timeout): the run is retried as a connection failure, as the built-in loop's is,
+    not dead-lettered as the function's own exception. SQLite only: the lock is a real
+    outage there; PostgreSQL's (a server that stops answering) is the same code path."""
+    import sqlite3
+
+    path = tmp_path / "locked.db"
+    rt = tenure.Runtime(
+        f"sqlite:///{path}?busy_timeout=0.1&locked_retries=0", backoff_base=0.05, backoff_cap=0.1
+    )
+    outages: list[str] = []
+
+    @rt.agent
+    def books(ctx: tenure.AgentContext) -> str:
+        if not outages:
+            locker = sqlite3.connect(path, isolation_level=None)
+            locker.execute("BEGIN IMMEDIATE")
+            try:
+                ctx.step(lambda: "booked", name="book")
+            except tenure.DatabaseUnavailable as exc:
+                outages.append(str(exc))
+                raise
+            finally:
+                locker.execute("ROLLBACK")
+                locker.close()
+        return str(ctx.step(lambda: "booked", name="book"))
+
+    try:
+        run_id = rt.enqueue(RunRequest(agent="books", input={}))
+        first = rt.run_queued(run_id)
+        assert first is not None and first.outcome is Outcome.REQUEUED, first
+        deadline = time.monotonic() + 10
+        while rt.run_queued(run_id) is None:  # claimable again once its backoff has passed
+            assert time.monotonic() < deadline, "never claimable again"
+            time.sleep(0.02)
+        run = rt.status(run_id)
+        assert len(outages) == 1, outages
+        assert run is not None and run.status is RunStatus.COMPLETED, (run.status, run.error)
+        assert json.loads(run.output or "") == "booked" and run.requeue_count == 1
+        requeued = [e for e in rt.events(run_id) if e.kind is EventKind.REQUEUED]
+        assert [e.payload["error_class"] for e in requeued] == ["connection"]
+    finally:
+        rt.close()

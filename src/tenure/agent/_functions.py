@@ -36,6 +36,7 @@ from tenure._budget import BudgetSpent
 from tenure._classify import describe
 from tenure._errors import (
     ChildFailed,
+    DatabaseUnavailable,
     InvalidRequest,
     LeaseLost,
     ProviderError,
@@ -1275,6 +1276,12 @@ def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunRes
         return ended.result
     except (LeaseLost, RunCancelled, ProviderError):
         raise  # a step's failure or the run's loss: the segment's recovery decides
+    except DatabaseUnavailable:
+        # The store gave up on a step (an outage): a connection failure, retried as the
+        # built-in loop's is, not the function's own exception; a write it left in doubt
+        # (and the function caught) still decides first.
+        context._check_doubt()
+        raise
     except InvalidRequest as exc:  # a step asked wrongly (a lambda without name=, …)
         segment.steps.check_held()
         raise AgentFailed(FailureClass.CONFIGURATION, f"agent {agent.name}: {exc}") from exc
