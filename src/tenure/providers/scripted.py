@@ -42,15 +42,15 @@ def parse_script(script: Any) -> list[Turn]:
     """Validate a script; a malformed one raises InvalidRequest naming the bad turn."""
     from tenure.providers._turns import parse
 
+    key: bytes | None
     try:
-        key: bytes | None = orjson.dumps(script)
-    except (orjson.JSONEncodeError, TypeError):  # not JSON as it stands: never cached
+        key = orjson.dumps(script)
+    except TypeError:  # not JSON as it stands (orjson's error is a TypeError): never cached
         key = None
-    else:
-        # orjson writes NaN and infinities as null: a text with a null could stand for a
-        # script other than the one cached under it, so such texts are not cached.
-        if b"null" in key:
-            key = None
+    # orjson writes NaN and infinities as null: a text with a null could stand for a script
+    # other than the one cached under it, so such texts are not cached.
+    if key is not None and b"null" in key:
+        key = None
     if key is not None and (cached := _parsed.get(key)) is not None:
         return list(cached)
     turns = parse(script)
