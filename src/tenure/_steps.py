@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from tenure import _json, _loop, _policy
+from tenure._abort import Abort
 from tenure._classify import describe
 from tenure._errors import Cancelled, LeaseLost, ProviderError, RunCancelled
 from tenure._types import EventKind, FailureClass, RunStatus, ToolContext, ToolEffect, Usage
@@ -96,7 +97,7 @@ class Steps:
     written: list[int] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     # Set when the run is no longer this segment's; aborts the step in flight.
-    abort: threading.Event = field(default_factory=threading.Event)
+    abort: threading.Event = field(default_factory=Abort)
     lost_cancelled: bool = False
     step: StepInFlight | None = None  # the step in flight, with its deadline
 
