@@ -3,12 +3,13 @@ Every one is guarded by the lease it names; None or False means it did not apply
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from tenure._errors import StoreError
-from tenure._json import dumps
+from tenure._json import dumps, dumps_finite
 from tenure._types import (
     EventKind,
     FailureClass,
@@ -387,9 +388,12 @@ class OwnerTransitions(SQLBase):
         events: list[dict[str, Any]],
     ) -> list[list[int] | None]:
         """Settle every run of `work` with one statement."""
-        rows = cur.execute(
-            self._q["settle_batch"], {"batch": dumps([params for _, _, params in work])}
-        ).fetchall()
+        batch = [params for _, _, params in work]
+        # Each entry's nulls are its Nones (no output, no error): only a cost that is not a
+        # finite number needs the full encoding.
+        finite = all(math.isfinite(params["cost"]) for params in batch)
+        text = dumps_finite(batch) if finite else dumps(batch)
+        rows = cur.execute(self._q["settle_batch"], {"batch": text}).fetchall()
         self._after_settle()
         last = {(run_id, int(token)): int(sequence) for run_id, token, sequence in rows}
         out: list[list[int] | None] = []
