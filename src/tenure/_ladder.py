@@ -273,14 +273,15 @@ class Segment:
                 return self.result(settled)
         approve_writes = self.engine.settings.approve_writes
         while True:
-            held = self._hold(journal, tool_of)
-            if held is not None:
-                return self.suspend(request, held)
-            for pending in list(journal.pending):
-                tool = tool_of(pending.call.name)
-                _toolstep.tool_step(
-                    self.steps, tool, journal, pending, self.decision, approve_writes
-                )
+            if journal.pending:  # a turn with calls may wait for a person first
+                held = self._hold(journal, tool_of)
+                if held is not None:
+                    return self.suspend(request, held)
+                for pending in list(journal.pending):
+                    tool = tool_of(pending.call.name)
+                    _toolstep.tool_step(
+                        self.steps, tool, journal, pending, self.decision, approve_writes
+                    )
             if journal.answers >= request.max_iterations:
                 return self.finish(TerminationReason.MAX_ITERATIONS)
             reply = self._model_turn(request, journal, provider)
