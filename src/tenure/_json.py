@@ -38,6 +38,15 @@ def dumps(value: Any) -> str:
     return text.decode()
 
 
+def dumps_finite(value: Any) -> str:
+    """`dumps` of a value whose floats its caller knows to be finite, so that every null in
+    the text is a None: the look that a null does not hide a NaN is skipped."""
+    try:
+        return orjson.dumps(value, option=_OPTIONS).decode()
+    except orjson.JSONEncodeError:  # text that is not UTF-8, an integer beyond 64 bits, ...
+        return dumps(value)
+
+
 def json_safe(value: Any, depth: int = 0) -> Any:
     """`value` with what JSON cannot hold replaced by its text; `value` itself (the same
     object) when nothing needed replacing."""

@@ -271,16 +271,11 @@ class Segment:
             settled = _indoubt.resolve(self.steps, tool_of, journal, self.fence_call)
             if settled is not None:
                 return self.result(settled)
-        approve_writes = self.engine.settings.approve_writes
         while True:
-            held = self._hold(journal, tool_of)
-            if held is not None:
-                return self.suspend(request, held)
-            for pending in list(journal.pending):
-                tool = tool_of(pending.call.name)
-                _toolstep.tool_step(
-                    self.steps, tool, journal, pending, self.decision, approve_writes
-                )
+            if journal.pending:
+                suspended = self._tool_steps(request, journal, tool_of)
+                if suspended is not None:
+                    return suspended
             if journal.answers >= request.max_iterations:
                 return self.finish(TerminationReason.MAX_ITERATIONS)
             reply = self._model_turn(request, journal, provider)
@@ -291,6 +286,20 @@ class Segment:
                 return self._complete(reply, llm)
             (sequence,) = self.steps.record([llm], reply.usage)
             journal.add_answer(sequence, reply)
+
+    def _tool_steps(
+        self, request: RunRequest, journal: Journal, tool_of: Callable[[str], Tool | None]
+    ) -> RunResult | None:
+        """The pending turn's calls, each a step; or the whole turn held for a person first
+        (its result: the run is suspended)."""
+        held = self._hold(journal, tool_of)
+        if held is not None:
+            return self.suspend(request, held)
+        approve_writes = self.engine.settings.approve_writes
+        for pending in list(journal.pending):
+            tool = tool_of(pending.call.name)
+            _toolstep.tool_step(self.steps, tool, journal, pending, self.decision, approve_writes)
+        return None
 
     def _model_turn(
         self, request: RunRequest, journal: Journal, provider: Provider

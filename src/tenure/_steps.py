@@ -13,15 +13,15 @@ misses.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from tenure import _json, _loop, _policy
+from tenure._abort import Abort
 from tenure._classify import describe
 from tenure._errors import Cancelled, LeaseLost, ProviderError, RunCancelled
 from tenure._types import EventKind, FailureClass, RunStatus, ToolContext, ToolEffect, Usage
@@ -97,7 +97,7 @@ class Steps:
     written: list[int] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     # Set when the run is no longer this segment's; aborts the step in flight.
-    abort: threading.Event = field(default_factory=threading.Event)
+    abort: threading.Event = field(default_factory=Abort)
     lost_cancelled: bool = False
     step: StepInFlight | None = None  # the step in flight, with its deadline
 
@@ -146,17 +146,10 @@ class Steps:
         self.lost_cancelled = cancelled
         self.abort.set()
 
-    @contextlib.contextmanager
-    def step_deadline(self, timeout: float, what: str) -> Iterator[None]:
+    def step_deadline(self, timeout: float, what: str) -> _StepDeadline:
         """A step in flight (`what`: "tool NAME", "model NAME"): the keeper renews the lease
         until `timeout` has passed."""
-        self.step = StepInFlight(
-            self.next_sequence(), what, timeout, time.monotonic() + timeout, self.fence
-        )
-        try:
-            yield
-        finally:
-            self.step = None
+        return _StepDeadline(self, timeout, what)
 
     # -- holding the run -------------------------------------------------------------------
 
@@ -327,6 +320,25 @@ class Steps:
         self.last_write()
         if not self.store.hand_back(self.lease, why, missing, self.fence_call):
             self.lost()
+
+
+class _StepDeadline:
+    """`Steps.step_deadline`'s context (a class: every model and tool step enters one, and
+    a generator-based context cost several times as much)."""
+
+    __slots__ = ("_steps", "_timeout", "_what")
+
+    def __init__(self, steps: Steps, timeout: float, what: str) -> None:
+        self._steps, self._timeout, self._what = steps, timeout, what
+
+    def __enter__(self) -> None:
+        steps, timeout = self._steps, self._timeout
+        steps.step = StepInFlight(
+            steps.next_sequence(), self._what, timeout, time.monotonic() + timeout, steps.fence
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        self._steps.step = None
 
 
 def to_json_value(value: Any) -> Any:

@@ -381,7 +381,10 @@ class Worker:
             if ended_here:
                 self._completer.forget(item.lease.run_id)
                 self.heartbeat.changed()
-            self._wake.set()
+                self._wake.set()  # a slot is free, and no commit will say so
+            # A run whose ending went to the completer wakes no one: the next slot to find
+            # the buffer empty commits it with its claim, or the loop within MAX_END_DELAY
+            # (a thread switch per run was a large part of a trivial run's CPU).
 
     def _execute(self, item: Claimed) -> bool:
         """Run one segment; True when its ending went to the completer to be committed."""

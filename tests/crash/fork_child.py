@@ -22,7 +22,7 @@ def main(url: str, run_id: str, at: int) -> None:
     plan = rt.fork_plan(run_id, at)
     store = rt.store
     if url.startswith("sqlite"):
-        conn = store._conn  # type: ignore[attr-defined]
+        conn = store._write_conn()  # type: ignore[attr-defined]  # the writes' connection
         before = conn.total_changes
 
         def inside_the_copy() -> int:

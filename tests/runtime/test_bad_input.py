@@ -281,6 +281,14 @@ _NESTED = "[" * 100_000 + "]" * 100_000
         '{"prompt": "x", "surprise": 1}',
         "[1, 2]",
         "not JSON at all",
+        # Well-typed, but values that enqueue refuses: a row written by hand or by another
+        # version is checked as fully as the shape check at enqueue would.
+        '{"prompt": "   "}',
+        '{"prompt": "x", "max_iterations": 0}',
+        '{"prompt": "x", "queue": ""}',
+        '{"prompt": "x", "tools": ["a", "a"]}',
+        '{"prompt": "x", "max_cost": -1}',
+        '{"prompt": "x", "priority": 101}',
         '{"prompt": "x", "metadata": {"a": ' + _NESTED + "}}",
     ],
 )

@@ -200,3 +200,19 @@ def test_a_call_sharing_its_id_with_an_earlier_one_runs_once_after_a_resume(
         ("b", "dup", 1),
     ]
     assert audit(runtime.store).ok
+
+
+def test_the_arguments_of_a_scripted_call_are_each_calls_own() -> None:
+    """Calls of the same script share its validated turns (a cache): what one caller does
+    to the arguments of a reply stays in its own reply."""
+    from tenure.providers import Scripted
+
+    def reply() -> ModelReply:
+        script: list[dict[str, object]] = [{"call": [{"tool": "grab", "args": {"items": [1]}}]}]
+        request = RunRequest(prompt="p", model="scripted", tools=["grab"], script=script)
+        messages = [{"role": "user", "content": "p"}]
+        return Scripted().complete(ModelCall(messages, [], "run", 0, request))
+
+    first = reply()
+    first.tool_calls[0].args["items"].append(2)
+    assert reply().tool_calls[0].args == {"items": [1]}

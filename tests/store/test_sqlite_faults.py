@@ -70,11 +70,11 @@ def test_after_a_full_disk_the_store_recovers_and_the_wal_is_truncated(tmp_path:
         rt.enqueue(big)
     grown = _wal_size(path)
     assert grown > 1_000_000
-    # This thread's connection of the store may not grow the database by a single page:
+    # The store's connection for writes may not grow the database by a single page:
     # SQLite's own way to make a disk full without a disk.
     store = rt.store
     assert isinstance(store, SQLiteStore)
-    conn = store._conn
+    conn = store._write_conn()
     pages = conn.execute("PRAGMA page_count").fetchone()[0]
     conn.execute(f"PRAGMA max_page_count = {pages}")
     with pytest.raises(tenure.StoreError, match="full"):

@@ -107,3 +107,28 @@ def test_an_enqueue_whose_events_are_not_just_its_request_stores_each_as_given(
         assert [(e.sequence, e.payload) for e in events] == [
             (i, dict(ev.payload)) for i, ev in enumerate(made.events)
         ]
+
+
+def test_a_settle_stores_values_a_parameter_cannot_hold_as_every_store_does(
+    store: Store,
+) -> None:
+    """SQLite binds a settle's values as parameters; one that a parameter cannot hold as it
+    stands (a cost that is not finite, text that is not UTF-8) is stored as the batch's JSON
+    stores it, the same run after run: the settle applies, never fails."""
+    from tenure._types import RunStatus, TerminationReason, Usage
+    from tenure.store import Settlement
+
+    outputs = []
+    for output, cost in (("a\udcffb", 0.5), ("ok", math.nan), ("ok", 0.5)):
+        run_id = enqueue(store)
+        lease = claim_one(store).lease
+        usage = Usage(input_tokens=1, output_tokens=2, cost=cost)
+        settlement = Settlement(
+            RunStatus.COMPLETED, TerminationReason.COMPLETED, output=output, usage=usage
+        )
+        assert store.settle(lease, settlement) is not None
+        run = store.get_run(run_id)
+        assert run is not None and run.status is RunStatus.COMPLETED
+        outputs.append((run.output, run.input_tokens, run.output_tokens))
+    assert outputs[1:] == [("ok", 1, 2), ("ok", 1, 2)]
+    assert outputs[0][0] is not None and outputs[0][1:] == (1, 2)

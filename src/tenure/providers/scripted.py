@@ -16,9 +16,12 @@ the transcript, so a resumed run continues where its journal ends.
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from tenure._errors import Cancelled, InvalidRequest, ProviderError
 from tenure._types import FailureClass, Usage
@@ -28,13 +31,34 @@ if TYPE_CHECKING:
     from tenure.providers._turns import Turn, _Call, _Say
 
 MAX_SLEEP_SECONDS = 3600.0
+# Scripts already validated, by their JSON text: a worker plays the same few scripts over and
+# over (tests, the demo, benchmarks), and validating one cost more than the rest of a trivial
+# run's model step. Emptied whole when full.
+_PARSED_MAX = 256
+_parsed: dict[bytes, tuple[Turn, ...]] = {}
 
 
 def parse_script(script: Any) -> list[Turn]:
     """Validate a script; a malformed one raises InvalidRequest naming the bad turn."""
     from tenure.providers._turns import parse
 
-    return parse(script)
+    key: bytes | None
+    try:
+        key = orjson.dumps(script)
+    except TypeError:  # not JSON as it stands (orjson's error is a TypeError): never cached
+        key = None
+    # orjson writes NaN and infinities as null: a text with a null could stand for a script
+    # other than the one cached under it, so such texts are not cached.
+    if key is not None and b"null" in key:
+        key = None
+    if key is not None and (cached := _parsed.get(key)) is not None:
+        return list(cached)
+    turns = parse(script)
+    if key is not None:
+        if len(_parsed) >= _PARSED_MAX:
+            _parsed.clear()
+        _parsed[key] = tuple(turns)  # the turns are frozen; the list is each caller's own
+    return turns
 
 
 def _estimate(call: ModelCall, text: str) -> Usage:
@@ -107,8 +131,9 @@ class Scripted:
         if isinstance(turn, _Say):
             usage = Usage(**turn.usage.model_dump()) if turn.usage else _estimate(call, turn.say)
             return ModelReply(text=turn.say, usage=usage, model="scripted")
+        # A copy: the turn may be shared by every run of the same script (`parse_script`).
         calls = tuple(
-            ToolCall(id=f"call_{answered}_{i}", name=item.tool, args=dict(item.args))
+            ToolCall(id=f"call_{answered}_{i}", name=item.tool, args=copy.deepcopy(item.args))
             for i, item in enumerate(turn.call)
         )
         usage = (

@@ -3,12 +3,13 @@ Every one is guarded by the lease it names; None or False means it did not apply
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from tenure._errors import StoreError
-from tenure._json import dumps
+from tenure._json import dumps, dumps_finite
 from tenure._types import (
     EventKind,
     FailureClass,
@@ -387,9 +388,15 @@ class OwnerTransitions(SQLBase):
         events: list[dict[str, Any]],
     ) -> list[list[int] | None]:
         """Settle every run of `work` with one statement."""
-        rows = cur.execute(
-            self._q["settle_batch"], {"batch": dumps([params for _, _, params in work])}
-        ).fetchall()
+        batch = [params for _, _, params in work]
+        if "settle_one" in self._q:  # SQLite
+            rows = [row for params in batch for row in self._settle_one(cur, params)]
+        else:
+            # Each entry's nulls are its Nones (no output, no error): only a cost that is
+            # not a finite number needs the full encoding.
+            finite = all(math.isfinite(params["cost"]) for params in batch)
+            text = dumps_finite(batch) if finite else dumps(batch)
+            rows = cur.execute(self._q["settle_batch"], {"batch": text}).fetchall()
         self._after_settle()
         last = {(run_id, int(token)): int(sequence) for run_id, token, sequence in rows}
         out: list[list[int] | None] = []
@@ -403,6 +410,21 @@ class OwnerTransitions(SQLBase):
                 )
             )
         return out
+
+    def _settle_one(self, cur: Cursor, params: dict[str, Any]) -> list[Any]:
+        """One run's settle, its values bound; what a parameter cannot hold as it stands (a
+        cost that is not a finite number, text that is not UTF-8, an integer beyond 64 bits)
+        goes as a batch of one, whose JSON stores it as `_json.dumps` writes it, as every
+        batch did."""
+        if math.isfinite(params["cost"]):
+            try:
+                cur.execute(self._q["settle_one"], params)
+            except (UnicodeEncodeError, OverflowError):  # refused at binding: nothing ran
+                pass
+            else:
+                return cur.fetchall()
+        cur.execute(self._q["settle_batch"], {"batch": dumps([params])})
+        return cur.fetchall()
 
     def _before_wait(self) -> None:
         """Between a parent's `held` (on PostgreSQL its row is locked from here) and its

@@ -185,8 +185,12 @@ class SQLBase(ABC):
         `events` for the caller to insert)."""
         out = []
         pending: list[dict[str, Any]] = [] if events is None else events
+        worker = dumps(owner)  # every claimed event's text is written here: one encoding
         for run_id, token, attempt, request, requeue_count, last, decision, fence, *_ in rows:
-            event = lifecycle(EventKind.CLAIMED, worker=owner, lease_token=token, attempt=attempt)
+            token, attempt = int(token), int(attempt)
+            payload = {"worker": owner, "lease_token": token, "attempt": attempt}
+            text = f'{{"worker":{worker},"lease_token":{token},"attempt":{attempt}}}'
+            event = NewEvent(EventKind.CLAIMED, payload, text)
             _event_rows(pending, run_id, last, attempt, token, [*before, event])
             lease = Lease(run_id, owner, token, attempt)
             out.append(Claimed(lease, request, requeue_count, decision, fence, last))

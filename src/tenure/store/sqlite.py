@@ -81,6 +81,12 @@ class SQLiteStore(SQLStore):
         # 10 ms ...) even when the holder commits microseconds later; a thread waiting on
         # this lock wakes as soon as it is free. Other processes still meet SQLite's lock.
         self._writer = threading.Lock()
+        # Every write goes through one connection, guarded by `_writer`: writes take turns
+        # anyway, and a connection per writing thread (each worker slot commits on its own)
+        # read the schema and prepared every statement again, once per thread. Reads keep a
+        # connection per thread (they run beside a write; a read on the writer's connection
+        # would see the open transaction).
+        self._writer_conn: sqlite3.Connection | None = None
         self._closed = False
         # (st_dev, st_ino) of the file first opened: a connection to an unlinked file goes
         # on writing into it without an error, so the write path compares it with the path.
@@ -172,9 +178,20 @@ class SQLiteStore(SQLStore):
             self._local.conn = conn
         return conn
 
+    def _write_conn(self) -> sqlite3.Connection:
+        """The writers' connection; called with `_writer` held."""
+        conn = self._writer_conn
+        if conn is None:
+            if self._closed:
+                raise StoreError("the store is closed")
+            conn = self._connect()
+            self._writer_conn = conn
+        return conn
+
     def close(self) -> None:
         self._closed = True
         with self._lock:
+            self._writer_conn = None
             conns, self._all = self._all, []
         for conn in conns:
             with contextlib.suppress(sqlite3.Error):
@@ -214,8 +231,8 @@ class SQLiteStore(SQLStore):
         """Run `fn` in one BEGIN IMMEDIATE transaction (retried whole while locked)."""
 
         def once() -> T:
-            conn = self._conn
             with self._writer:
+                conn = self._write_conn()
                 self._check_file()
                 if self._wal_to_truncate:
                     self._truncate_wal(conn)
@@ -240,8 +257,9 @@ class SQLiteStore(SQLStore):
         if conn.in_transaction:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-        if conn.in_transaction:  # stuck in it: this thread starts over on a new connection
-            self._local.conn = None
+        if conn.in_transaction:  # stuck in it: the next write starts over on a new connection
+            if conn is self._writer_conn:
+                self._writer_conn = None
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
 

@@ -280,6 +280,31 @@ UPDATE tenure_runs INDEXED BY sqlite_autoindex_tenure_runs_1
         OR pending_effect = json_extract(b.value, '$.fence'))
 RETURNING id, lease_token, last_sequence;
 
+-- name: settle_one
+-- `settle_batch` for one run, its values bound as parameters: SQLite executes this once per
+-- run of a batch (in the batch's one transaction). Reading each value out of the batch's
+-- JSON cost more than the rest of the update (`json_each` renders a row's object anew at
+-- every `json_extract`). The guard is `settle_batch`'s (tests/unit/test_guards.py).
+UPDATE tenure_runs
+   SET status = :status, termination_reason = :reason, output = :output,
+       error_class = :error_class, error = :error, claimed_by = '', lease_expires = NULL,
+       request = CASE WHEN :keep THEN request ELSE NULL END,
+       pending_effect = CASE WHEN :keep_fence THEN pending_effect ELSE '' END,
+       fence_call = CASE WHEN :keep_fence THEN fence_call END,
+       fence_probe = CASE WHEN :keep_fence THEN fence_probe ELSE 0 END,
+       decision = CASE WHEN :keep THEN decision ELSE NULL END,
+       waiting = NULL, wait_deadline = NULL,
+       input_tokens = input_tokens + :input_tokens,
+       output_tokens = output_tokens + :output_tokens,
+       cost = cost + :cost,
+       last_sequence = last_sequence + :n,
+       finished_at = {now}, updated_at = {now}
+ WHERE id = :id AND status = 'running'
+   AND claimed_by = :owner
+   AND lease_token = :token AND lease_expires >= {now}
+   AND (:fence = '' OR pending_effect = :fence)
+RETURNING id, lease_token, last_sequence;
+
 -- name: cancel
 -- Any non-terminal run; the fence stays as evidence of a write that may have happened.
 -- With :expected, only while the run is still in that status: a bulk cancel of the runs a
