@@ -57,6 +57,59 @@ def parser(description: str, default_size: int, quick_size: int) -> argparse.Arg
     return p
 
 
+def add_against(p: argparse.ArgumentParser) -> None:
+    """`--against DIR` (repeatable): another checkout of tenure, measured alternately with
+    this one in child processes whose `sys.path` starts at its `src/`."""
+    p.add_argument(
+        "--against",
+        type=Path,
+        action="append",
+        default=[],
+        help="another checkout of tenure to compare (repeatable)",
+    )
+
+
+def checkouts(args: argparse.Namespace, this: str = "this") -> dict[str, Path]:
+    """The `src/` of each checkout to measure, by name: this one first, then `--against`."""
+    found = {this: ROOT / "src"}
+    for other in args.against:
+        found[str(other)] = other.resolve() / "src"
+    return found
+
+
+def cluster_cpu(url: str) -> float | None:
+    """CPU seconds so far (user + system) of every process of the PostgreSQL cluster serving
+    `url` (its postmaster and the postmaster's children), when it runs on this machine and
+    /proc lets us read it; None otherwise (SQLite's work is in the calling process)."""
+    if not url.startswith("postgres"):
+        return None
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        (backend,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
+        try:
+            postmaster = int(_stat(int(backend))[1])
+        except OSError:  # a server on another host, or of a user /proc hides
+            return None
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = _stat(int(entry))
+        except OSError:  # gone since the listing
+            continue
+        if int(entry) == postmaster or int(fields[1]) == postmaster:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (state, ppid, ...)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def size_and_repeat(args: argparse.Namespace) -> tuple[int, int]:
     if args.quick:
         return args.size or args.quick_size, 1

@@ -80,12 +80,12 @@ def drain(url: str, requests: list[RunRequest], concurrency: int) -> dict[str, f
     rt = app(url)
     try:
         rt.store  # noqa: B018 -- the schema, before timing
-        server = _server_cpu(url)
+        server = _common.cluster_cpu(url)
         start, cpu = time.perf_counter(), time.process_time()
         rt.enqueue_many(requests)
         rt.worker(concurrency=concurrency, burst=True).run()
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-        server_after = _server_cpu(url)
+        server_after = _common.cluster_cpu(url)
         left = [r for r in rt.runs(limit=len(requests) * 2 + 10) if not r.status.is_terminal]
         assert not left, f"{len(left)} runs not done"
         report = audit(rt.store)
@@ -94,40 +94,6 @@ def drain(url: str, requests: list[RunRequest], concurrency: int) -> dict[str, f
         return {"wall": elapsed, "cpu": cpu, "db_cpu": db}
     finally:
         rt.close()
-
-
-def _server_cpu(url: str) -> float | None:
-    """CPU seconds so far of every process of the PostgreSQL cluster serving `url` (its
-    postmaster's children), when it runs on this machine; None otherwise (SQLite runs in
-    the worker's own process: its CPU is the worker's)."""
-    if not url.startswith("postgresql"):
-        return None
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        (backend,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
-        try:
-            postmaster = int(_stat(int(backend))[1])
-        except OSError:
-            return None
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = _stat(int(entry))
-        except OSError:
-            continue
-        if int(entry) == postmaster or int(fields[1]) == postmaster:
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
-
-
-def _stat(pid: int) -> list[str]:
-    """The fields of /proc/PID/stat after the command's name (state, ppid, ...)."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()
 
 
 def wake_latencies(url: str, trials: int, elsewhere: bool) -> list[float]:
@@ -268,20 +234,12 @@ def main() -> None:
     parser = _common.parser(__doc__.splitlines()[0], default_size=1000, quick_size=50)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--trials", type=int, default=30, help="wake-ups per store")
-    parser.add_argument(
-        "--against",
-        type=Path,
-        action="append",
-        default=[],
-        help="another checkout of tenure to compare (repeatable)",
-    )
+    _common.add_against(parser)
     args = parser.parse_args()
     args.size, args.repeat = _common.size_and_repeat(args)
     if args.quick:
         args.trials = min(args.trials, 5)
-    checkouts = {"this": ROOT / "src"}
-    for other in args.against:
-        checkouts[str(other)] = other.resolve() / "src"
+    checkouts = _common.checkouts(args)
     rows = [
         "| system | N flat | 1 parent + N children | ratio | CPU flat (worker + database) "
         "| CPU tree | CPU ratio |",

@@ -31,31 +31,6 @@ import _common as c
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BATCH = 5000
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def server_cpu(store: Any) -> float:
-    """CPU seconds (user + system) of every process of the store's PostgreSQL cluster;
-    0.0 for SQLite (its work is in this process)."""
-    if not str(store.url).startswith("postgres"):
-        return 0.0
-    rows = store._read("SHOW data_directory", {})  # a bench reads its own store
-    try:
-        postmaster = int((Path(rows[0][0]) / "postmaster.pid").read_text().split()[0])
-    except OSError:  # a server of another user, or on another host: not measured
-        return float("nan")
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # gone since the listing
-            continue
-        # After the name: state, ppid, ..., utime and stime at positions 11 and 12.
-        if int(fields[1]) == postmaster or int(entry.name) == postmaster:
-            total += int(fields[11]) + int(fields[12])
-    return total / TICKS
 
 
 def child_main(url: str, size: int, claims: int, keyed: bool) -> None:
@@ -76,7 +51,7 @@ def child_main(url: str, size: int, claims: int, keyed: bool) -> None:
         _bench.quiesce(store)  # type: ignore[arg-type]
         store.claim("worker:bench:0:1", None, 900.0, 1)  # connections and statements warm
         walls = []
-        server = server_cpu(store)
+        server = c.cluster_cpu(url) or 0.0
         cpu = time.process_time()
         for _ in range(claims - 1):
             began = time.perf_counter()
@@ -85,7 +60,7 @@ def child_main(url: str, size: int, claims: int, keyed: bool) -> None:
             if len(got) != 1:
                 raise SystemExit(f"a claim took {len(got)} runs")
         client = time.process_time() - cpu
-        server = server_cpu(store) - server
+        server = (c.cluster_cpu(url) or 0.0) - server
     walls.sort()
     n = claims - 1
     print(json.dumps({"wall": walls[n // 2], "client": client / n, "server": server / n}))
@@ -110,21 +85,13 @@ def has_keys(src: Path) -> bool:
 def main() -> None:
     parser = c.parser(__doc__.splitlines()[0], default_size=10_000, quick_size=500)
     parser.add_argument("--claims", type=int, default=1000, help="claims timed per measurement")
-    parser.add_argument(
-        "--against",
-        type=Path,
-        action="append",
-        default=[],
-        help="another checkout of tenure to compare (repeatable)",
-    )
+    c.add_against(parser)
     args = parser.parse_args()
     size, times = c.size_and_repeat(args)
     if args.claims < 2:
         raise SystemExit("claim_cost: --claims must be at least 2")
     claims = min(args.claims, 200) if args.quick else args.claims
-    checkouts = {"tenure": ROOT / "src"}
-    for other in args.against:
-        checkouts[str(other)] = other.resolve() / "src"
+    checkouts = c.checkouts(args, this="tenure")
     tables = []
     with c.scratch_dir() as tmp, c.maybe_postgres(args) as pg:
         count = iter(range(10**6))

@@ -101,18 +101,10 @@ def run_child(src: Path, url: str, n: int, concurrency: int, profiled: bool) -> 
 
 def main() -> None:
     parser = c.parser(__doc__.splitlines()[0], default_size=2000, quick_size=100)
-    parser.add_argument(
-        "--against",
-        type=Path,
-        action="append",
-        default=[],
-        help="another checkout of tenure to compare (repeatable)",
-    )
+    c.add_against(parser)
     args = parser.parse_args()
     n, times = c.size_and_repeat(args)
-    checkouts = {"this": ROOT / "src"}
-    for other in args.against:
-        checkouts[str(other)] = other.resolve() / "src"
+    checkouts = c.checkouts(args)
     table = c.Table(f"profile_run: CPU µs per trivial run, {n} runs, one worker process")
     stores: list[tuple[str, Any]] = []
     with c.scratch_dir() as tmp, c.maybe_postgres(args) as pg:
