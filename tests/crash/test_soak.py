@@ -7,14 +7,14 @@ runs in trees and a few kills, checked by tests/_trees.py besides the audit."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from .._postgres import find_bindir
+from .._postgres import _bindir
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = 200
@@ -22,24 +22,32 @@ KILLS = 20
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("store", ["sqlite", "postgres"])
-def test_chaos_soak(store: str) -> None:
-    if store == "postgres" and find_bindir() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("PostgreSQL binaries not found: CI must test PostgreSQL", pytrace=False)
-        pytest.skip("PostgreSQL binaries (initdb, pg_ctl) not found")
-    command = [
-        sys.executable,
-        str(ROOT / "bench" / "soak.py"),
-        *("--store", store, "--runs", str(RUNS), "--kills", str(KILLS)),
-        *("--workers", "3", "--interval", "0.8", "--rate", "8", "--probed", "0.5"),
-        *("--agents", "0.3", "--json"),
-    ]
+def soak(
+    store: str, options: list[str], timeout: float
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """bench/soak.py on `store` with `options` (and --json): the process and what it printed
+    last. PostgreSQL's binaries missing skip the test, or fail it under CI."""
+    if store == "postgres":
+        _bindir()
+    command = [sys.executable, str(ROOT / "bench" / "soak.py"), "--store", store, *options]
     done = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=280, check=False
+        [*command, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
     )
     assert done.stdout.strip(), done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return done, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_chaos_soak(store: str) -> None:
+    done, result = soak(
+        store,
+        [
+            *("--runs", str(RUNS), "--kills", str(KILLS)),
+            *("--workers", "3", "--interval", "0.8", "--rate", "8", "--probed", "0.5"),
+            *("--agents", "0.3"),
+        ],
+        timeout=280,
+    )
     assert result["violations"] == [], result["violations"][:20]
     assert result["not_ended"] == 0
     assert result["runs"] == RUNS and result["kills"] >= KILLS
@@ -62,23 +70,16 @@ TREES = 10  # about 60 runs with their children
 
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
 def test_chaos_soak_of_run_trees(store: str) -> None:
-    if store == "postgres" and find_bindir() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("PostgreSQL binaries not found: CI must test PostgreSQL", pytrace=False)
-        pytest.skip("PostgreSQL binaries (initdb, pg_ctl) not found")
-    command = [
-        sys.executable,
-        str(ROOT / "bench" / "soak.py"),
-        *("--store", store, "--runs", str(TREES), "--kills", "4", "--interactive", "0"),
-        *("--workers", "2", "--interval", "0.5", "--rate", "4", "--fanout", "1.0"),
-        *("--cancels", "0.3"),
-        *("--seed", "9", "--json"),  # nested trees, budgets of 30 and 60, failing children
-    ]
-    done = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=200, check=False
+    done, result = soak(
+        store,
+        [
+            *("--runs", str(TREES), "--kills", "4", "--interactive", "0"),
+            *("--workers", "2", "--interval", "0.5", "--rate", "4", "--fanout", "1.0"),
+            *("--cancels", "0.3"),
+            *("--seed", "9"),  # nested trees, budgets of 30 and 60, failing children
+        ],
+        timeout=200,
     )
-    assert done.stdout.strip(), done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["violations"] == [], result["violations"][:20]
     assert result["tree_problems"] == [], result["tree_problems"][:20]
     assert result["not_ended"] == 0
