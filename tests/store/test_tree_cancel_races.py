@@ -1,13 +1,17 @@
-"""A tree's cancel against its child's own write at the same moment, on PostgreSQL (SPEC §21).
+"""A tree's cancel against its children's own writes at the same moment, on PostgreSQL
+(SPEC §21).
 
-The cancel of a parent locks the parent's row (its UPDATE), then its trigger writes each
-child's `cancelled` event and cancels the children (their rows). A child that settles
-locks its own row, then its trigger locks the parent's (to wake it); a child's step locks
-its own row only. The cancel is stalled between its two row locks, with the children's
-sequences already read, by a test trigger on the events table that waits for an advisory
-lock the test holds (the store has no hook inside a trigger); the child's write goes in
-meanwhile; then the cancel goes on. Whatever the order, both must end correctly and no
-error may surface: the child cancelled, or completed before, with one event per sequence.
+The cancel of a parent locks the parent's row (its UPDATE), then its trigger cancels the
+children still going, one statement that locks each child, numbers the child's `cancelled`
+event from the row it locked and writes that event, child after child. A child that
+settles locks its own row, then its trigger locks the parent's (to wake it); a child's step
+locks its own row only. The cancel is stalled at the first child's `cancelled` event, by a
+test trigger on the events table that waits for an advisory lock the test holds (the store
+has no hook inside a trigger): the parent is locked, one child is locked and numbered, the
+other is not yet (what the cancel knows of it is its statement's snapshot). Each child's
+write goes in meanwhile, lands or waits for the cancel; then the cancel goes on. Whatever the
+order, every write must end correctly and no error may surface: each child cancelled after
+what it wrote, or completed before, with one event per sequence.
 
 SQLite takes one writer at a time: neither interleaving exists there.
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -55,62 +59,80 @@ def pg(pg_url: str) -> Iterator[tuple[Store, psycopg.Connection[Any]]]:
             store.close()
 
 
-def tree(store: Store) -> tuple[str, str, Claimed]:
-    """A parent (queued) and its child, claimed by a worker."""
+def tree(store: Store) -> tuple[str, list[Claimed]]:
+    """A parent (queued) and its two children, each claimed by a worker."""
     parent = new_run()
     store.enqueue_many([parent])
-    child = _child_of(parent.run_id)
-    store.enqueue_many([child])
-    claimed = store.claim_run(child.run_id, "worker:c", 30)
-    assert claimed is not None
-    return parent.run_id, child.run_id, claimed
+    children = [_child_of(parent.run_id, i) for i in range(2)]
+    store.enqueue_many(children)
+    claims = []
+    for i, child in enumerate(children):
+        claimed = store.claim_run(child.run_id, f"worker:{i}", 30)
+        assert claimed is not None
+        claims.append(claimed)
+    return parent.run_id, claims
 
 
-def _child_of(parent_id: str) -> NewRun:
+def _child_of(parent_id: str, index: int) -> NewRun:
     made = new_run()
     return NewRun(
         made.run_id,
         made.queue,
         made.request,
-        f"{parent_id}:0",
+        f"{parent_id}:{index}",
         events=made.events,
         parent_id=parent_id,
         root_id=parent_id,
     )
 
 
-def waiting_on(gate: psycopg.Connection[Any], locktype: str) -> bool:
+def waiting_on(gate: psycopg.Connection[Any], *locktypes: str) -> int:
+    """How many sessions wait for a lock of these types."""
     row = gate.execute(
-        "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = %s", (locktype,)
+        "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND locktype = ANY(%s)",
+        (list(locktypes),),
     ).fetchone()
-    return bool(row and row[0])
+    return int(row[0]) if row else 0
 
 
-def until(check: Any, what: str) -> None:
+def until(check: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + 10
     while not check():
         assert time.monotonic() < deadline, f"never {what}"
         time.sleep(0.01)
 
 
+def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """`fn` started on its own thread; what it returned (`"result"`) or raised."""
+    outcome: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            outcome["result"] = fn()
+        except Exception as exc:  # what the tests are about: surfaced by them
+            outcome["raised"] = exc
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    return thread, outcome
+
+
 def stalled_cancel(
     store: Store, gate: psycopg.Connection[Any], parent: str
 ) -> tuple[threading.Thread, dict[str, Any]]:
-    """The parent's cancel, started and stalled inside its trigger (parent locked, the
-    children's sequences read, the children not yet locked)."""
+    """The parent's cancel, started and stalled inside its trigger, at the first child's
+    `cancelled` event."""
     gate.execute("SELECT pg_advisory_lock(%s)", (STALL_LOCK,))
-    outcome: dict[str, Any] = {}
-
-    def cancel() -> None:
-        try:
-            outcome["cancelled"] = store.cancel(parent)
-        except Exception as exc:  # what the test is about: surfaced below
-            outcome["raised"] = exc
-
-    thread = threading.Thread(target=cancel)
-    thread.start()
-    until(lambda: waiting_on(gate, "advisory"), "stalled in the cancel's trigger")
+    thread, outcome = in_thread(lambda: store.cancel(parent))
+    until(lambda: waiting_on(gate, "advisory") > 0, "stalled in the cancel's trigger")
     return thread, outcome
+
+
+def finish(gate: psycopg.Connection[Any], *threads: threading.Thread) -> None:
+    gate.execute("SELECT pg_advisory_unlock(%s)", (STALL_LOCK,))
+    for thread in threads:
+        thread.join(30)
+        assert not thread.is_alive()
 
 
 def sequences_whole(store: Store, run_id: str) -> None:
@@ -118,63 +140,76 @@ def sequences_whole(store: Store, run_id: str) -> None:
     assert [e.sequence for e in events] == list(range(len(events)))
 
 
-def test_a_child_step_inside_a_stalled_tree_cancel(
+def test_children_steps_inside_a_stalled_tree_cancel(
+    pg: tuple[Store, psycopg.Connection[Any]],
+) -> None:
+    """Each child records a step while the cancel is under way: a child the cancel has not
+    locked yet lands its step first, and its `cancelled` event must come after that step
+    (numbered from the child as the cancel locked it, not as its snapshot saw it); a child
+    it has locked waits, and finds itself cancelled."""
+    store, gate = pg
+    parent, claims = tree(store)
+    cancelling, cancel = stalled_cancel(store, gate, parent)
+    steps = [
+        in_thread(lambda c=c: store.record_step(c.lease, 30, [step(text="a step")]))  # type: ignore[misc]
+        for c in claims
+    ]
+    # Each step has committed or waits for a row the cancel holds.
+    until(
+        lambda: sum("result" in s[1] for s in steps)
+        + waiting_on(gate, "transactionid", "tuple")
+        == len(steps),
+        "each step landed or waiting",
+    )
+    finish(gate, cancelling, *(s[0] for s in steps))
+    assert "raised" not in cancel, cancel.get("raised")
+    assert cancel["result"] is True
+    landed = 0
+    for claimed, (_, stepped) in zip(claims, steps, strict=True):
+        assert "raised" not in stepped, stepped.get("raised")
+        child = claimed.lease.run_id
+        run = store.get_run(child)
+        assert run is not None and run.status is RunStatus.CANCELLED
+        kinds = [e.kind for e in store.events(child)]
+        if stepped["result"] is None:  # waited for the cancel, then found the lease gone
+            assert EventKind.LLM not in kinds and kinds[-1] is EventKind.CANCELLED
+        else:
+            landed += 1
+            assert kinds[-2:] == [EventKind.LLM, EventKind.CANCELLED]
+        sequences_whole(store, child)
+    # The race happened: a child's step committed inside the cancel.
+    assert landed >= 1
+
+
+def test_children_settles_inside_a_stalled_tree_cancel(
     pg: tuple[Store, psycopg.Connection[Any]], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The child records a step while the cancel has read its sequence and not yet locked
-    it: the cancel's event for the child must not take the step's sequence."""
+    """Each child settles while the cancel holds the parent: a child the cancel has not
+    locked takes its own row, and its trigger waits for the parent, which the cancel holds
+    while it goes on to wait for that child: a deadlock, which the server breaks and the
+    store retries. Every run ends correctly, and nothing raises."""
     store, gate = pg
-    parent, child, claimed = tree(store)
-    thread, outcome = stalled_cancel(store, gate, parent)
-    assert store.record_step(claimed.lease, 30, [step(text="a step")]) is not None
-    gate.execute("SELECT pg_advisory_unlock(%s)", (STALL_LOCK,))
-    thread.join(30)
-    assert "raised" not in outcome, outcome.get("raised")
-    assert outcome["cancelled"] is True
-    run = store.get_run(child)
-    assert run is not None and run.status is RunStatus.CANCELLED
-    kinds = [e.kind for e in store.events(child)]
-    assert kinds[-2:] == [EventKind.LLM, EventKind.CANCELLED]
-    sequences_whole(store, child)
-    # The race happened: the cancel's first try lost the child's sequence, and was retried.
-    assert "tenure_events_pkey" in caplog.text
-
-
-def test_a_child_settle_inside_a_stalled_tree_cancel(
-    pg: tuple[Store, psycopg.Connection[Any]], caplog: pytest.LogCaptureFixture
-) -> None:
-    """The child settles while the cancel holds the parent: the child's trigger waits for
-    the parent, the cancel then waits for the child: a deadlock, which the server breaks
-    and the store retries. Both end correctly, and nothing raises."""
-    store, gate = pg
-    parent, child, claimed = tree(store)
-    thread, outcome = stalled_cancel(store, gate, parent)
-    settled: dict[str, Any] = {}
-
-    def settle() -> None:
-        try:
-            settled["sequences"] = store.settle(claimed.lease, completed("child's answer"))
-        except Exception as exc:  # surfaced below
-            settled["raised"] = exc
-
-    settling = threading.Thread(target=settle)
-    settling.start()
-    # The child's row is the settle's; its trigger now waits for the parent's.
-    until(lambda: waiting_on(gate, "transactionid") or waiting_on(gate, "tuple"), "blocked")
-    gate.execute("SELECT pg_advisory_unlock(%s)", (STALL_LOCK,))
-    thread.join(30)
-    settling.join(30)
-    assert "raised" not in outcome, outcome.get("raised")
-    assert "raised" not in settled, settled.get("raised")
-    assert outcome["cancelled"] is True
-    run = store.get_run(child)
-    assert run is not None
-    if settled["sequences"] is None:  # the cancel came first: the settle found it cancelled
-        assert run.status is RunStatus.CANCELLED
-    else:
-        assert run.status is RunStatus.COMPLETED and run.output == "child's answer"
+    parent, claims = tree(store)
+    cancelling, cancel = stalled_cancel(store, gate, parent)
+    settles = [
+        in_thread(lambda c=c: store.settle(c.lease, completed("child's answer")))  # type: ignore[misc]
+        for c in claims
+    ]
+    until(lambda: waiting_on(gate, "transactionid", "tuple") == len(settles), "both blocked")
+    finish(gate, cancelling, *(s[0] for s in settles))
+    assert "raised" not in cancel, cancel.get("raised")
+    assert cancel["result"] is True
+    for claimed, (_, settled) in zip(claims, settles, strict=True):
+        assert "raised" not in settled, settled.get("raised")
+        child = claimed.lease.run_id
+        run = store.get_run(child)
+        assert run is not None
+        if settled["result"] is None:  # the cancel came first: the settle found it cancelled
+            assert run.status is RunStatus.CANCELLED
+        else:
+            assert run.status is RunStatus.COMPLETED and run.output == "child's answer"
+        sequences_whole(store, child)
     top = store.get_run(parent)
     assert top is not None and top.status is RunStatus.CANCELLED
-    sequences_whole(store, child)
     sequences_whole(store, parent)
     assert "deadlock detected" in caplog.text  # broken by the server, retried by the store
