@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -151,16 +152,14 @@ def test_children_steps_inside_a_stalled_tree_cancel(
     parent, claims = tree(store)
     cancelling, cancel = stalled_cancel(store, gate, parent)
     steps = [
-        in_thread(lambda c=c: store.record_step(c.lease, 30, [step(text="a step")]))  # type: ignore[misc]
-        for c in claims
+        in_thread(partial(store.record_step, c.lease, 30, [step(text="a step")])) for c in claims
     ]
-    # Each step has committed or waits for a row the cancel holds.
-    until(
-        lambda: sum("result" in s[1] for s in steps)
-        + waiting_on(gate, "transactionid", "tuple")
-        == len(steps),
-        "each step landed or waiting",
-    )
+
+    def each_landed_or_waiting() -> bool:  # for a row the cancel holds
+        done = sum(bool(outcome) for _, outcome in steps)
+        return done + waiting_on(gate, "transactionid", "tuple") == len(steps)
+
+    until(each_landed_or_waiting, "each step landed or waiting")
     finish(gate, cancelling, *(s[0] for s in steps))
     assert "raised" not in cancel, cancel.get("raised")
     assert cancel["result"] is True
@@ -192,8 +191,7 @@ def test_children_settles_inside_a_stalled_tree_cancel(
     parent, claims = tree(store)
     cancelling, cancel = stalled_cancel(store, gate, parent)
     settles = [
-        in_thread(lambda c=c: store.settle(c.lease, completed("child's answer")))  # type: ignore[misc]
-        for c in claims
+        in_thread(partial(store.settle, c.lease, completed("child's answer"))) for c in claims
     ]
     until(lambda: waiting_on(gate, "transactionid", "tuple") == len(settles), "both blocked")
     finish(gate, cancelling, *(s[0] for s in settles))
