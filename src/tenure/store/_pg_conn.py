@@ -36,8 +36,6 @@ DEFAULT_POOL_MAX_SIZE = 10
 DEFAULT_RETRY_SECONDS = 30.0
 RETRY_FIRST_DELAY = 0.05
 RETRY_MAX_DELAY = 2.0
-# Tries of a transaction whose event sequence a concurrent step took (`is_lost_sequence`).
-MAX_SEQUENCE_RACES = 5
 # Longest wait for a pooled connection in one attempt (the pool may be reconnecting).
 CHECKOUT_TIMEOUT_SECONDS = 5.0
 # The pool doubles the wait between its attempts to replace a lost connection (1 s, 2 s, 4 s
@@ -112,17 +110,6 @@ def is_unreachable(exc: BaseException) -> bool:
         return True
     sqlstate = getattr(exc, "sqlstate", None)
     return sqlstate is None or sqlstate.startswith(("08", "57P"))
-
-
-def is_lost_sequence(exc: BaseException) -> bool:
-    """Whether a transaction lost a race for an event's sequence: a run that ends cancels
-    its children still going in its trigger (migration 0015), which numbers each child's
-    `cancelled` event from the child's row as the statement's snapshot saw it, before it
-    locks that row; a child step that commits in between takes that sequence first. The
-    whole transaction rolled back; run again, it reads the child afresh."""
-    if not isinstance(exc, psycopg.errors.UniqueViolation):
-        return False
-    return exc.diag.constraint_name == "tenure_events_pkey"
 
 
 def one_line(exc: BaseException) -> str:

@@ -54,7 +54,6 @@ from tenure.store._pg_conn import (
     DEFAULT_POOL_MAX_SIZE,
     DEFAULT_POOL_MIN_SIZE,
     DEFAULT_RETRY_SECONDS,
-    MAX_SEQUENCE_RACES,
     POOL_NAME,
     POOL_RECONNECT_SECONDS,
     PUBLISH_TIMEOUT_SECONDS,
@@ -66,7 +65,6 @@ from tenure.store._pg_conn import (
     _configure,
     checking_our_pool,
     conninfo_from_url,
-    is_lost_sequence,
     is_permanent,
     is_unreachable,
     one_line,
@@ -180,7 +178,6 @@ class PostgresStore(SQLStore):
         budget = self.reach_seconds if reaching else self.retry_seconds
         deadline = time.monotonic() + budget
         delay = RETRY_FIRST_DELAY
-        races = 0
         while True:
             asked_at = time.monotonic()
             try:
@@ -198,8 +195,7 @@ class PostgresStore(SQLStore):
                     ) from unknown.__cause__
                 cause: Exception = unknown
             except (psycopg.IntegrityError, psycopg.DataError) as exc:
-                races += 1
-                cause = self._refused(exc, what, races)
+                raise StoreError(f"{self._where()} refused the {what}: {exc}") from exc
             except psycopg.OperationalError as exc:
                 cause = self._transient(exc)
             except psycopg.Error as exc:
@@ -215,14 +211,6 @@ class PostgresStore(SQLStore):
             self._retry_noted(cause, what, min(delay, left), reaching)
             time.sleep(min(delay, left))
             delay = min(delay * 2, RETRY_MAX_DELAY)
-
-    def _refused(self, exc: psycopg.Error, what: str, races: int) -> Exception:
-        """`exc`, if the transaction only lost an event's sequence to a concurrent step
-        (`is_lost_sequence`): retried as a deadlock is, a few times only, so that a
-        collision that would repeat is still refused. Else StoreError at once."""
-        if is_lost_sequence(exc) and races <= MAX_SEQUENCE_RACES:
-            return exc
-        raise StoreError(f"{self._where()} refused the {what}: {exc}") from exc
 
     def _transient(self, exc: psycopg.OperationalError) -> Exception:
         """`exc`, if waiting can heal it; else DatabaseUnavailable at once."""
