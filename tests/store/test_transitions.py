@@ -3,6 +3,7 @@ whether it applied. Runs against every backend in BACKENDS."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -279,6 +280,46 @@ def test_cancel_any_non_terminal_run(store: Store) -> None:
     assert not store.cancel(queued)
     assert store.record_step(lease.lease, 30, [step()]) is None
     assert not store.cancel("no-such-run")
+
+
+def test_cancel_numbers_each_descendants_event_where_its_row_stands(store: Store) -> None:
+    """A cancel takes the run's tree with it (SPEC §21): each child and grandchild still
+    going gets one `cancelled` event naming its own parent, after the steps it recorded and
+    at the sequence its row now holds (what the next event of that run would follow)."""
+    root = new_run()
+    store.enqueue(root)
+
+    def child_of(parent_id: str, n: int) -> str:
+        made = dataclasses.replace(
+            new_run(), parent_id=parent_id, root_id=root.run_id, idempotency_key=f"{parent_id}:{n}"
+        )
+        store.enqueue(made)
+        return made.run_id
+
+    middle, done = child_of(root.run_id, 0), child_of(root.run_id, 1)
+    leaf = child_of(middle, 0)
+    leases = {}
+    for run_id, steps in ((middle, 2), (leaf, 1), (done, 0)):
+        claimed = store.claim_run(run_id, "worker:a", 30)
+        assert claimed is not None
+        leases[run_id] = claimed.lease
+        for _ in range(steps):
+            assert store.record_step(claimed.lease, 30, [step()]) is not None
+    assert store.settle(leases[done], completed()) is not None
+    assert store.cancel(root.run_id)
+    for run_id, parent_id, steps in ((middle, root.run_id, 2), (leaf, middle, 1)):
+        run = store.get_run(run_id)
+        assert run is not None and run.status is RunStatus.CANCELLED
+        events = store.events(run_id)
+        assert [e.sequence for e in events] == list(range(len(events)))
+        assert [str(e.kind) for e in events[-steps - 1 :]] == ["llm"] * steps + ["cancelled"]
+        assert events[-1].payload == {"by": "parent", "parent_id": parent_id}
+        state = store.fork_state(run_id)
+        assert state is not None and state.last_sequence == events[-1].sequence
+        assert store.record_step(leases[run_id], 30, [step()]) is None
+    finished = store.get_run(done)
+    assert finished is not None and finished.status is RunStatus.COMPLETED
+    assert "cancelled" not in kinds(store, done)
 
 
 def test_redrive_requeues_a_dead_letter_with_a_fresh_budget(store: Store) -> None:
