@@ -88,9 +88,10 @@ def _child_of(parent_id: str, index: int) -> NewRun:
 
 
 def waiting_on(gate: psycopg.Connection[Any], *locktypes: str) -> int:
-    """How many sessions wait for a lock of these types."""
+    """How many sessions of this test's database wait for a lock of these types."""
     row = gate.execute(
-        "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND locktype = ANY(%s)",
+        "SELECT count(DISTINCT l.pid) FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid)"
+        " WHERE NOT l.granted AND l.locktype = ANY(%s) AND a.datname = current_database()",
         (list(locktypes),),
     ).fetchone()
     return int(row[0]) if row else 0
