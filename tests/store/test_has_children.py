@@ -1,0 +1,135 @@
+"""A run's end does the work of its children only for a run that has had a child (SPEC §21,
+schema 23): the insert of a first child marks its parent (`has_children`), by whichever
+statement inserts it, and the trigger that cancels a parent's children still going is
+called only for a marked run. A run without children is not marked; a database written
+before the mark existed gets it for every parent it holds."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tenure._types import EventKind, RunStatus
+from tenure.store import NewRun, Store, open_store
+from tenure.store import _sql
+from tenure.store.postgres import Q as PG
+
+from .helpers import REQUEST, as_enqueued, completed, new_run
+
+BEFORE = 23  # the first schema with the mark
+
+
+def _child(parent_id: str, position: int, made: NewRun) -> NewRun:
+    return NewRun(
+        made.run_id,
+        made.queue,
+        made.request,
+        f"{parent_id}:{position}",
+        events=made.events,
+        parent_id=parent_id,
+        root_id=parent_id,
+    )
+
+
+def _marked(url: str, run_id: str) -> bool:
+    if url.startswith("sqlite:///"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            row = conn.execute("SELECT has_children FROM tenure_runs WHERE id = ?", (run_id,))
+            value = row.fetchone()[0]
+        conn.close()
+        return bool(value)
+    with psycopg.connect(url) as conn:
+        found = conn.execute("SELECT has_children FROM tenure_runs WHERE id = %s", (run_id,))
+        return bool(found.fetchone()[0])  # type: ignore[index]
+
+
+def _end(store: Store, run_id: str) -> None:
+    claimed = store.claim_run(run_id, "worker:p", 30)
+    assert claimed is not None
+    assert store.settle(claimed.lease, completed()) is not None
+
+
+def _cancelled_by_parent(store: Store, run_id: str, parent_id: str) -> bool:
+    run = store.get_run(run_id)
+    assert run is not None
+    events = [e for e in store.events(run_id) if e.kind is EventKind.CANCELLED]
+    return (
+        run.status is RunStatus.CANCELLED
+        and len(events) == 1
+        and events[0].payload == {"by": "parent", "parent_id": parent_id}
+    )
+
+
+@pytest.mark.parametrize("how", ["request text", "events", "batch"])
+def test_a_parent_is_marked_by_its_first_child_and_its_end_cancels_it(
+    store: Store, db_url: str, how: str
+) -> None:
+    # Each way a child row is inserted (PostgreSQL: the one-statement enqueue with the
+    # request's text or with events, the pipelined batch; SQLite: one statement each).
+    parent, flat = new_run(), new_run()
+    store.enqueue_many([parent, flat])
+    if how == "batch":
+        children = [_child(parent.run_id, i, new_run()) for i in range(2)]
+        store.enqueue_many(children)
+    else:
+        made = as_enqueued({"prompt": "hi"}) if how == "request text" else new_run()
+        children = [_child(parent.run_id, 0, made)]
+        store.enqueue_many(children)
+    assert _marked(db_url, parent.run_id)
+    assert not _marked(db_url, flat.run_id)
+    assert not any(_marked(db_url, c.run_id) for c in children)
+
+    _end(store, flat.run_id)
+    _end(store, parent.run_id)
+    for c in children:
+        assert _cancelled_by_parent(store, c.run_id, parent.run_id)
+
+
+@pytest.fixture
+def old_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of each store, migrated up to the schema before the mark."""
+    if request.param == "sqlite":
+        path = tmp_path / "old.db"
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE tenure_schema_version (version INTEGER, applied_at REAL)")
+            for version, script in _sql.migrations("sqlite"):
+                if version < BEFORE:
+                    conn.executescript(script)
+                    conn.execute("INSERT INTO tenure_schema_version VALUES (?, 0)", (version,))
+        conn.close()
+        yield f"sqlite:///{path}"
+        return
+    cluster = request.getfixturevalue("pg_cluster")
+    name = f"tenure_old_{id(request)}"
+    cluster.admin(f"CREATE DATABASE {name}")
+    url = cluster.url(name)
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute(PG["schema_version_table"])  # type: ignore[arg-type]
+        for version, script in _sql.migrations("postgres"):
+            if version < BEFORE:
+                conn.execute(script)  # type: ignore[arg-type]
+                conn.execute(PG["record_schema_version"], {"version": version})  # type: ignore[arg-type]
+    yield url
+    cluster.admin(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.mark.parametrize("old_url", ["sqlite", "postgres"], indirect=True)
+def test_a_parent_from_before_the_mark_still_takes_its_children_with_it(old_url: str) -> None:
+    store = open_store(old_url)
+    try:
+        parent = new_run()
+        store.enqueue_many([parent])
+        child = _child(parent.run_id, 0, new_run(request=REQUEST))
+        store.enqueue_many([child])
+        assert store.schema_version() < BEFORE
+        store.migrate()
+        assert _marked(old_url, parent.run_id)
+        assert not _marked(old_url, child.run_id)
+        _end(store, parent.run_id)
+        assert _cancelled_by_parent(store, child.run_id, parent.run_id)
+    finally:
+        store.close()
