@@ -62,14 +62,28 @@ RETURNING id, CASE WHEN %(delay)s <= 0 THEN pg_notify('tenure_runs', queue) END;
 -- takes one turn per round, and a key that comes to a long queue joins the current round
 -- instead of waiting behind every round the queue holds. A run without a key joins the
 -- current round. (Two enqueues of one key at the same instant may share a round.)
+-- The key's last round is read from the top of its entries in `tenure_runs_key` at or below
+-- (key, 'queued', priority), then checked to be one of them: written as the plain
+-- `status = 'queued'` it was, the lookup could also be served by the claim-order index
+-- (filtered by key), and statistics taken while no run was queued (the partial indexes then
+-- look empty to the planner until the next ANALYZE) made it choose that index: every keyed
+-- enqueue then read every queued run (bench/RESULTS.md). The row comparison is an index
+-- condition of `tenure_runs_key` alone.
 GREATEST(COALESCE((SELECT f.fair_round FROM tenure_runs f
                     WHERE f.status = 'queued' AND f.priority = %(priority)s
                     ORDER BY f.priority DESC, f.fair_round LIMIT 1), 0),
          CASE WHEN %(concurrency_key)s::text IS NULL THEN 0
-              ELSE COALESCE((SELECT max(f.fair_round) + 1 FROM tenure_runs f
-                              WHERE f.concurrency_key = %(concurrency_key)s::text
-                                AND f.status = 'queued'
-                                AND f.priority = %(priority)s), 0) END)
+              ELSE COALESCE((SELECT k.fair_round + 1
+                               FROM (SELECT f.status, f.priority, f.fair_round
+                                       FROM tenure_runs f
+                                      WHERE f.concurrency_key = %(concurrency_key)s::text
+                                        AND (f.concurrency_key, f.status, f.priority)
+                                            <= (%(concurrency_key)s::text, 'queued',
+                                                %(priority)s::integer)
+                                      ORDER BY f.concurrency_key DESC, f.status DESC,
+                                               f.priority DESC, f.fair_round DESC
+                                      LIMIT 1) AS k
+                              WHERE k.status = 'queued' AND k.priority = %(priority)s), 0) END)
 
 -- name: find_by_idempotency_key
 SELECT id FROM tenure_runs WHERE idempotency_key = %(idempotency_key)s;
