@@ -140,8 +140,12 @@ class OwnerTransitions(SQLBase):
         params: dict[str, Any],
         events: list[dict[str, Any]] | None = None,
     ) -> list[Claimed]:
-        rows = cur.execute(self._q["claim"], params).fetchall()
+        rows = self._claim_rows(cur, params)
         return self._claimed(cur, self._within_limits(cur, rows, owner), owner, events=events)
+
+    def _claim_rows(self, cur: Cursor, params: dict[str, Any]) -> list[ClaimRow]:
+        """The rows the claim statement took."""
+        return cur.execute(self._q["claim"], params).fetchall()  # type: ignore[no-any-return]
 
     def _within_limits(self, cur: Cursor, rows: list[ClaimRow], owner: str) -> list[ClaimRow]:
         """The claimed rows, less those beyond their concurrency key's limit, which go back

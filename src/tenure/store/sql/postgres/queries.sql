@@ -101,6 +101,17 @@ VALUES (%(id)s, %(queue)s, 'running', %(request)s, %(idempotency_key)s, %(owner)
 INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
 VALUES (%(run_id)s, %(sequence)s, %(attempt)s, %(lease_token)s, %(kind)s, %(payload)s, {now});
 
+-- name: insert_events
+-- The events of one transaction (%(events)s: a JSON array of the rows insert_event takes, the
+-- payload as JSON text) in one statement: one execution on the server instead of one per
+-- event, and one parameter to send (a claim and a settle of a batch of short runs write
+-- three events a run).
+INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
+SELECT e.run_id, e.sequence, e.attempt, e.lease_token, e.kind, e.payload::json, {now}
+  FROM json_to_recordset(%(events)s::json) AS e(run_id text, sequence integer,
+                                                attempt integer, lease_token bigint,
+                                                kind text, payload text);
+
 -- name: _claim_set
 -- What a claim does to each run it takes: the claim of the oldest runs and the claim of one
 -- named run differ only in which rows they take.
@@ -158,6 +169,15 @@ UPDATE tenure_runs r
   FROM picked
  WHERE r.id = picked.id
 {_claim_returning};
+
+-- name: claim_plan
+-- Sent with each claim, in its transaction: the claim's plan reads the claim-order index up
+-- to its limit, never the whole backlog sorted. A table without statistics yet (a new
+-- database before autovacuum's first ANALYZE of it, a burst of runs into an empty queue)
+-- made the planner expect a handful of queued runs and sort them: every claim then read
+-- and sorted the whole backlog (2 ms for 2,000 runs; bench/RESULTS.md). The index gives
+-- the claim's order, so a plan without a sort always exists.
+SET LOCAL enable_sort = off;
 
 -- name: claim_run
 -- The claim filtered by id: one named run, if it is queued and claimable now (by its primary
