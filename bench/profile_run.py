@@ -4,10 +4,12 @@
 
 N trivial runs (one scripted answer, no tools) are enqueued one call each, then drained by
 one worker at concurrency 1 and 8. CPU is this process's user + system time, every thread,
-divided by the runs. The stage split comes from a second drain under yappi's CPU clock
-(which slows everything down, so only the shares are used, applied to the unprofiled
-total): claim and settle (the completer's commits), the segment (journal, model step,
-ending), and the rest of the worker (slots, buffer, keeper, heartbeats).
+divided by the runs; on PostgreSQL also the cluster's (every process of it, from /proc:
+the server's share of each run, which the worker's time does not show). The stage split
+comes from a second drain under yappi's CPU clock (which slows everything down, so only the
+shares are used, applied to the unprofiled total): claim and settle (the completer's
+commits), the segment (journal, model step, ending), and the rest of the worker (slots,
+buffer, keeper, heartbeats).
 
 `--against DIR` (repeatable) measures another checkout of tenure (its `src/`) in the same
 invocation, all alternating, each in a fresh child process: DIR's rows are shown beside this
@@ -52,19 +54,23 @@ def child_main(url: str, n: int, concurrency: int, profiled: bool) -> None:
         except ImportError:  # a checkout without it builds them at import
             pass
         requests = [trivial() for _ in range(n)]
+        server = c.cluster_cpu(url)
         cpu = time.process_time()
         for request in requests:
             rt.enqueue(request)
         enqueue = time.process_time() - cpu
+        enqueue_server = _since(url, server)
         shares: dict[str, float] = {}
         if profiled:
             import yappi
 
             yappi.set_clock_type("cpu")
             yappi.start()
+        server = c.cluster_cpu(url)
         cpu = time.process_time()
         rt.work(concurrency=concurrency, burst=True, poll_interval=0.05)
         drain = time.process_time() - cpu
+        drain_server = _since(url, server)
         if profiled:
             yappi.stop()
             stats = {(s.module, s.name): s.ttot for s in yappi.get_func_stats()}
@@ -80,7 +86,18 @@ def child_main(url: str, n: int, concurrency: int, profiled: bool) -> None:
         done = len(rt.runs(status=RunStatus.COMPLETED, limit=n + 1))
         if done != n:
             raise SystemExit(f"completed {done} of {n}")
-    print(json.dumps({"enqueue": enqueue / n, "drain": drain / n, "shares": shares}))
+    out = {"enqueue": enqueue / n, "drain": drain / n, "shares": shares}
+    print(json.dumps(out | _per_run(n, enqueue_server=enqueue_server, drain_server=drain_server)))
+
+
+def _per_run(n: int, **seconds: float | None) -> dict[str, float]:
+    return {name: value / n for name, value in seconds.items() if value is not None}
+
+
+def _since(url: str, before: float | None) -> float | None:
+    """The cluster's CPU seconds since `before` (PostgreSQL's processes, from /proc)."""
+    now = c.cluster_cpu(url)
+    return None if now is None or before is None else now - before
 
 
 def run_child(src: Path, url: str, n: int, concurrency: int, profiled: bool) -> dict[str, Any]:
@@ -135,6 +152,9 @@ def measure(
             plain = run_child(src, fresh(), n, concurrency, profiled=False)
             series.setdefault((name, "enqueue"), c.Series()).add(plain["enqueue"] * 1e6)
             series.setdefault((name, "drain"), c.Series()).add(plain["drain"] * 1e6)
+            for side in ("enqueue_server", "drain_server"):
+                if side in plain:
+                    series.setdefault((name, side), c.Series()).add(plain[side] * 1e6)
             if not c.installed("yappi"):  # the stage split needs the bench extra
                 continue
             profiled = run_child(src, fresh(), n, concurrency, profiled=True)
@@ -147,6 +167,13 @@ def measure(
         drain = series[(name, "drain")]
         baseline = None if name == "this" else base
         table.add(label, f"drain c={concurrency}", drain, baseline=baseline)
+        if (name, "drain_server") in series:
+            table.add(label, f"enqueue c={concurrency}, cluster", series[(name, "enqueue_server")])
+            other = None if name == "this" else series.get(("this", "drain_server"))
+            table.add(
+                label, f"drain c={concurrency}, cluster", series[(name, "drain_server")],
+                baseline=other,
+            )  # fmt: skip
         for stage, share in shares.get(name, {}).items():
             table.add(
                 label,

@@ -27,7 +27,7 @@ FOR EACH ROW
 WHEN (NEW.parent_id IS NOT NULL)
 EXECUTE FUNCTION tenure_runs_child_added();
 
--- The function is 0019's (or a later one's), unchanged; only when it is called changes.
+-- The function is 0021's, unchanged; only when it is called changes.
 DROP TRIGGER tenure_runs_ended ON tenure_runs;
 CREATE TRIGGER tenure_runs_ended AFTER UPDATE OF status ON tenure_runs
 FOR EACH ROW
