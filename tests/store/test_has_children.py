@@ -14,8 +14,7 @@ import psycopg
 import pytest
 
 from tenure._types import EventKind, RunStatus
-from tenure.store import NewRun, Store, open_store
-from tenure.store import _sql
+from tenure.store import NewRun, Store, _sql, open_store
 from tenure.store.postgres import Q as PG
 
 from .helpers import REQUEST, as_enqueued, completed, new_run

@@ -16,8 +16,7 @@ import psycopg
 import pytest
 
 from tenure._requests import new_run_id
-from tenure.store import Store, open_store
-from tenure.store import _bench
+from tenure.store import Store, _bench, open_store
 from tenure.store.postgres import Q, _claim_sql
 
 from .helpers import as_enqueued, new_run
