@@ -487,7 +487,7 @@ def _claim_sql(limit: int) -> str:
     """The claim with its limit written into the text: a prepared claim's generic plan then
     reads the claim-order index up to the limit, as the plan made for its values does, and
     the server keeps it instead of planning every claim afresh. With the limit a parameter
-    the generic plan is costed for a tenth of the backlog, which it sorts, so the server
-    planned each claim (more than its execution, measured in bench/RESULTS.md). One text
-    per limit: a worker's claims ask for at most its free slots."""
+    the generic plan is costed for a tenth of the backlog and refused, so the server planned
+    each claim (a third of the claim's server time, measured in bench/RESULTS.md). One text
+    per limit: a worker's claims ask for at most its free slots and its buffer."""
     return Q["claim"].replace("%(limit)s", str(int(limit)))
