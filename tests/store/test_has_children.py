@@ -1,5 +1,5 @@
 """A run's end does the work of its children only for a run that has had a child (SPEC §21,
-schema 23): the insert of a first child marks its parent (`has_children`), by whichever
+schema 22): the insert of a first child marks its parent (`has_children`), by whichever
 statement inserts it, and the trigger that cancels a parent's children still going is
 called only for a marked run. A run without children is not marked; a database written
 before the mark existed gets it for every parent it holds."""
@@ -19,7 +19,7 @@ from tenure.store.postgres import Q as PG
 
 from .helpers import REQUEST, as_enqueued, completed, new_run
 
-BEFORE = 23  # the first schema with the mark
+BEFORE = 22  # the first schema with the mark
 
 
 def _child(parent_id: str, position: int, made: NewRun) -> NewRun:
