@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, unquote
 from tenure._errors import DatabaseGone, DatabaseUnavailable, StoreError
 from tenure.store import _sql
 from tenure.store._common import Cursor, SQLStore
+from tenure.store._sqlbase import repeated_row
 from tenure.store._rows import epoch_to_datetime
 
 T = TypeVar("T")
@@ -36,6 +37,9 @@ LOCKED_RETRIES = 6
 WAL_AUTOCHECKPOINT_PAGES = 10_000
 # How often the write path makes sure the database file is still the one it opened.
 FILE_CHECK_SECONDS = 1.0
+# Events written by one statement (`insert_events`, 6 values each): under 999 parameters,
+# the most a SQLite before 3.32 binds.
+EVENTS_PER_INSERT = 160
 Q = _sql.queries("sqlite", now=NOW)
 log = logging.getLogger("tenure.store.sqlite")
 
@@ -262,6 +266,13 @@ class SQLiteStore(SQLStore):
                 self._writer_conn = None
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
+
+    def _insert_events(self, cur: Cursor, rows: list[dict[str, Any]]) -> None:
+        """The rows `_event_rows` made, in as few statements as the parameters allow."""
+        for start in range(0, len(rows), EVENTS_PER_INSERT):
+            chunk = rows[start : start + EVENTS_PER_INSERT]
+            sql, names = repeated_row(self._q["insert_events"], len(chunk))
+            cur.execute(sql, [row[name] for row in chunk for name in names])
 
     def _read(self, sql: str, params: dict[str, Any]) -> list[Any]:
         return self._retrying(lambda: self._conn.execute(sql, params).fetchall())
