@@ -96,9 +96,7 @@ def count(src: Path, n: int, concurrency: int, keep: Path | None, extra: list[st
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=1000, help="trivial runs per drain (1000)")
-    p.add_argument(
-        "--concurrency", type=int, action="append", default=[], help="slots (8, then 1)"
-    )
+    p.add_argument("--concurrency", type=int, action="append", default=[], help="slots (8, then 1)")
     p.add_argument("--against", type=Path, action="append", default=[], help="another checkout")
     p.add_argument("--keep", type=Path, default=None, help="keep callgrind's files here")
     p.add_argument("--valgrind-arg", action="append", default=[], help="an option for valgrind")

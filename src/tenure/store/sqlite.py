@@ -22,8 +22,8 @@ from urllib.parse import parse_qsl, unquote
 from tenure._errors import DatabaseGone, DatabaseUnavailable, StoreError
 from tenure.store import _sql
 from tenure.store._common import Cursor, SQLStore
-from tenure.store._sqlbase import repeated_row
 from tenure.store._rows import epoch_to_datetime
+from tenure.store._sqlbase import repeated_row
 
 T = TypeVar("T")
 
