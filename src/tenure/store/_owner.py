@@ -23,6 +23,7 @@ from tenure.store._sqlbase import (
     Cursor,
     SQLBase,
     _event_rows,
+    in_powers_of_two,
     lifecycle,
     repeated_row,
 )
@@ -416,14 +417,13 @@ class OwnerTransitions(SQLBase):
         return out
 
     def _settle_many(self, cur: Cursor, batch: list[dict[str, Any]]) -> list[Any]:
-        """The runs of `batch` settled by `settle_many`, their values bound, up to
-        SETTLES_PER_STATEMENT at a time; a batch with a value a parameter cannot hold as it
+        """The runs of `batch` settled by `settle_many`, their values bound, a power of two
+        of them at a time (`in_powers_of_two`); a batch with a value a parameter cannot hold as it
         stands goes run by run (`_settle_one`)."""
         if not all(math.isfinite(params["cost"]) for params in batch):
             return [row for params in batch for row in self._settle_one(cur, params)]
         rows: list[Any] = []
-        for start in range(0, len(batch), SETTLES_PER_STATEMENT):
-            chunk = batch[start : start + SETTLES_PER_STATEMENT]
+        for chunk in in_powers_of_two(batch, SETTLES_PER_STATEMENT):
             sql, names = repeated_row(self._q["settle_many"], len(chunk))
             try:
                 cur.execute(sql, [params[name] for params in chunk for name in names])
