@@ -1,6 +1,7 @@
 """instructions: instructions per trivial run on SQLite, counted by callgrind.
 
-    python bench/instructions.py [--size N] [--concurrency 8 --concurrency 1] [--against DIR]
+    python bench/instructions.py [--size N] [--quick] [--repeat R] [--concurrency C]...
+                                 [--against DIR]... [--keep DIR] [--valgrind-arg OPTION]...
 
 N trivial runs (one scripted answer, no tools) are enqueued into a fresh SQLite file, then
 one worker drains them with `rt.work(concurrency=C, burst=True)`, the whole child process
@@ -11,14 +12,14 @@ count does not move with the machine's load: use it to compare two trees. Valgri
 process's threads one at a time, so the completer's batches are not those of a real drain.
 
 `--against DIR` (repeatable) counts another checkout of tenure (its `src/` first on
-`sys.path`) the same way in the same invocation. `--keep DIR` keeps each callgrind output
-file there (for `callgrind_annotate`); `--valgrind-arg` passes an option to valgrind (for
-example `--dump-instr=no`).
+`sys.path`) the same way in the same invocation; its row's ratio is this checkout's count
+over its own. One repetition by default (the count hardly moves between runs). `--keep DIR`
+keeps each callgrind output file there (for `callgrind_annotate`); `--valgrind-arg` passes
+an option to valgrind (for example `--dump-instr=no`).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -27,8 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _common as c
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 TIMEOUT_SECONDS = 1800
 
 
@@ -94,30 +96,36 @@ def count(src: Path, n: int, concurrency: int, keep: Path | None, extra: list[st
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=1000, help="trivial runs per drain (1000)")
-    p.add_argument("--concurrency", type=int, action="append", default=[], help="slots (8, then 1)")
-    p.add_argument("--against", type=Path, action="append", default=[], help="another checkout")
-    p.add_argument("--keep", type=Path, default=None, help="keep callgrind's files here")
-    p.add_argument("--valgrind-arg", action="append", default=[], help="an option for valgrind")
-    args = p.parse_args()
-    if args.size < 1:
+    parser = c.parser(__doc__.splitlines()[0], default_size=1000, quick_size=20)
+    parser.set_defaults(repeat=1)  # a count, not a time: it hardly moves between runs
+    c.add_against(parser)
+    parser.add_argument(
+        "--concurrency", type=int, action="append", default=[], help="slots (8, then 1)"
+    )
+    parser.add_argument("--keep", type=Path, default=None, help="keep callgrind's files here")
+    parser.add_argument("--valgrind-arg", action="append", default=[], help="a valgrind option")
+    args = parser.parse_args()
+    n, times = c.size_and_repeat(args)
+    if n < 1:
         raise SystemExit("instructions: --size must be at least 1")
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        raise SystemExit("instructions: valgrind (with callgrind_control) is not installed")
+    checkouts = c.checkouts(args)
+    table = c.Table(f"instructions: per trivial run, SQLite, {n} runs, one worker process")
     levels = args.concurrency or [8, 1]
-    trees = {"this": ROOT / "src", **{str(d): d.resolve() / "src" for d in args.against}}
-    print(f"instructions per trivial run, SQLite, {args.size} runs, one worker process")
-    print(f"{'checkout':<40} {'c':>3} {'per run':>12} {'vs this':>8}")
+    have = shutil.which("valgrind") is not None and shutil.which("callgrind_control") is not None
     for concurrency in levels:
-        mine: int | None = None
-        for name, src in trees.items():
-            total = count(src, args.size, concurrency, args.keep, args.valgrind_arg)
-            per_run = total // args.size
-            if mine is None:
-                mine = per_run
-            ratio = f"{mine / per_run:.2f}" if name != "this" else ""
-            print(f"{name:<40} {concurrency:>3} {per_run:>12,} {ratio:>8}", flush=True)
+        series = {name: c.Series() for name in checkouts}
+        for _ in range(times if have else 0):
+            for name, src in checkouts.items():  # alternating, as the other scripts do
+                total = count(src, n, concurrency, args.keep, args.valgrind_arg)
+                series[name].add(total / n)
+        for name in checkouts:
+            label = f"{name}/SQLite"
+            if not have:
+                table.missing(label, f"drain c={concurrency}", "valgrind not installed")
+                continue
+            baseline = None if name == "this" else series["this"]
+            table.add(label, f"drain c={concurrency}", series[name], baseline=baseline)
+    c.emit(table, preamble=c.machine())
 
 
 if __name__ == "__main__":
