@@ -527,9 +527,9 @@ def test_settle_and_claim_with_an_old_and_a_new_lease_of_one_run_settles_the_new
 def test_a_settle_batch_larger_than_one_statement_settles_each_run_under_its_guard(
     store: Store,
 ) -> None:
-    """SQLite settles a batch a power of two of runs per statement (at most 64) and writes
-    its events a power of two per insert (at most 128): 75 runs take four settle statements
-    (64 + 8 + 2 + 1) and 150 events, and each run keeps its own guard, values and events."""
+    """SQLite writes a transaction's events a power of two per insert (at most 128): the 150
+    events of 75 settles take four inserts (128 + 16 + 4 + 2), and each run keeps its own
+    guard, values and events."""
     run_ids = [enqueue(store) for _ in range(75)]
     claimed = store.claim("worker:a", None, 30, 75)
     assert [c.lease.run_id for c in claimed] == run_ids

@@ -161,9 +161,8 @@ _CLAUSE = re.compile(r"\b(SET|WHERE|ON)\b", re.I)
 _LIVE = re.compile(r"\blease_expires\s*>=\s*\{now\}")
 
 
-# SQLite settles the runs of a batch with their values bound (`settle_many`, and
-# `settle_one` for a value a parameter cannot hold), under `settle_batch`'s guard.
-SQLITE_ONLY_WRITES = {"settle_one", "settle_many"}
+# SQLite settles each run of a batch on its own (`settle_one`, `settle_batch`'s guard).
+SQLITE_ONLY_WRITES = {"settle_one"}
 
 
 def _owner_guards(sql: str) -> int:
@@ -208,13 +207,3 @@ def test_sqlites_settle_of_one_run_has_the_batchs_guard() -> None:
     one, batch = _guard(queries["settle_one"]), _guard(queries["settle_batch"])
     assert one[0] == batch[0] and one[1] == batch[1] and one[3] == batch[3]
     assert one[2] == batch[2] | _BATCH_FIELDS | {"id"}
-
-
-def test_sqlites_settle_of_several_runs_has_the_batchs_guard() -> None:
-    """SQLite settles the runs of a batch with `settle_many` (their values bound, one row of
-    VALUES per run): the same guard as `settle_batch`, read from its rows (`b.token`)."""
-    queries = _sql.queries("sqlite")
-    many, batch = _guard(queries["settle_many"]), _guard(queries["settle_batch"])
-    assert many == batch
-    weakened = queries["settle_many"].replace("AND claimed_by = b.owner", "")
-    assert weakened != queries["settle_many"] and _guard(weakened) != batch

@@ -23,18 +23,13 @@ from tenure.store._sqlbase import (
     Cursor,
     SQLBase,
     _event_rows,
-    in_powers_of_two,
     lifecycle,
-    repeated_row,
 )
 
 # A run handed back by a worker that cannot serve it waits this long before it is claimable
 # again, doubled at each such hand-back, up to the cap.
 UNSERVED_BASE_SECONDS = 5.0
 UNSERVED_CAP_SECONDS = 600.0
-# Runs settled by one statement on SQLite (`settle_many`, 15 values each): under 999
-# parameters, the most a SQLite before 3.32 binds.
-SETTLES_PER_STATEMENT = 64
 
 
 class OwnerTransitions(SQLBase):
@@ -394,8 +389,8 @@ class OwnerTransitions(SQLBase):
     ) -> list[list[int] | None]:
         """Settle every run of `work` with one statement."""
         batch = [params for _, _, params in work]
-        if "settle_many" in self._q:  # SQLite
-            rows = self._settle_many(cur, batch)
+        if "settle_one" in self._q:  # SQLite
+            rows = [row for params in batch for row in self._settle_one(cur, params)]
         else:
             # Each entry's nulls are its Nones (no output, no error): only a cost that is
             # not a finite number needs the full encoding.
@@ -415,23 +410,6 @@ class OwnerTransitions(SQLBase):
                 )
             )
         return out
-
-    def _settle_many(self, cur: Cursor, batch: list[dict[str, Any]]) -> list[Any]:
-        """The runs of `batch` settled by `settle_many`, their values bound, a power of two
-        of them at a time (`in_powers_of_two`); a batch with a value a parameter cannot hold as it
-        stands goes run by run (`_settle_one`)."""
-        if not all(math.isfinite(params["cost"]) for params in batch):
-            return [row for params in batch for row in self._settle_one(cur, params)]
-        rows: list[Any] = []
-        for chunk in in_powers_of_two(batch, SETTLES_PER_STATEMENT):
-            sql, names = repeated_row(self._q["settle_many"], len(chunk))
-            try:
-                cur.execute(sql, [params[name] for params in chunk for name in names])
-            except (UnicodeEncodeError, OverflowError):  # refused at binding: nothing ran
-                rows.extend(row for params in chunk for row in self._settle_one(cur, params))
-            else:
-                rows.extend(cur.fetchall())
-        return rows
 
     def _settle_one(self, cur: Cursor, params: dict[str, Any]) -> list[Any]:
         """One run's settle, its values bound; what a parameter cannot hold as it stands (a

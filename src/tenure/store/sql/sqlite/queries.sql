@@ -313,38 +313,6 @@ UPDATE tenure_runs
    AND (:fence = '' OR pending_effect = :fence)
 RETURNING id, lease_token, last_sequence;
 
--- name: settle_many
--- `settle_one` for several runs in one statement: the store writes the row of VALUES once
--- per run and binds the values by position, in the order the row names them. The triggers
--- on a run's status set up their programs once per statement, not once per run. The guard
--- is `settle_batch`'s (tests/unit/test_guards.py). INDEXED BY: each entry finds its run by
--- its id.
-WITH b (id, owner, token, fence, to_status, to_reason, to_output, to_error_class, to_error,
-        keep, keep_fence, n, more_input, more_output, more_cost)
-  AS (VALUES (:id, :owner, :token, :fence, :status, :reason, :output, :error_class, :error,
-              :keep, :keep_fence, :n, :input_tokens, :output_tokens, :cost))
-UPDATE tenure_runs INDEXED BY sqlite_autoindex_tenure_runs_1
-   SET status = b.to_status, termination_reason = b.to_reason, output = b.to_output,
-       error_class = b.to_error_class, error = b.to_error, claimed_by = '',
-       lease_expires = NULL,
-       request = CASE WHEN b.keep THEN request ELSE NULL END,
-       pending_effect = CASE WHEN b.keep_fence THEN pending_effect ELSE '' END,
-       fence_call = CASE WHEN b.keep_fence THEN fence_call END,
-       fence_probe = CASE WHEN b.keep_fence THEN fence_probe ELSE 0 END,
-       decision = CASE WHEN b.keep THEN decision ELSE NULL END,
-       waiting = NULL, wait_deadline = NULL,
-       input_tokens = input_tokens + b.more_input,
-       output_tokens = output_tokens + b.more_output,
-       cost = cost + b.more_cost,
-       last_sequence = last_sequence + b.n,
-       finished_at = {now}, updated_at = {now}
-  FROM b
- WHERE tenure_runs.id = b.id AND status = 'running'
-   AND claimed_by = b.owner
-   AND lease_token = b.token AND lease_expires >= {now}
-   AND (b.fence = '' OR pending_effect = b.fence)
-RETURNING id, lease_token, last_sequence;
-
 -- name: cancel
 -- Any non-terminal run; the fence stays as evidence of a write that may have happened.
 -- With :expected, only while the run is still in that status: a bulk cancel of the runs a
