@@ -4,10 +4,12 @@
 
 N trivial runs (one scripted answer, no tools) are enqueued one call each, then drained by
 one worker at concurrency 1 and 8. CPU is this process's user + system time, every thread,
-divided by the runs. The stage split comes from a second drain under yappi's CPU clock
-(which slows everything down, so only the shares are used, applied to the unprofiled
-total): claim and settle (the completer's commits), the segment (journal, model step,
-ending), and the rest of the worker (slots, buffer, keeper, heartbeats).
+divided by the runs; beside it, the drain's minor page faults per run (the kernel's share,
+which an instruction count such as `instructions.py`'s does not see). The stage split
+comes from a second drain under yappi's CPU clock (which slows everything down, so only
+the shares are used, applied to the unprofiled total): claim and settle (the completer's
+commits), the segment (journal, model step, ending), and the rest of the worker (slots,
+buffer, keeper, heartbeats).
 
 `--against DIR` (repeatable) measures another checkout of tenure (its `src/`) in the same
 invocation, all alternating, each in a fresh child process: DIR's rows are shown beside this
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -62,9 +65,11 @@ def child_main(url: str, n: int, concurrency: int, profiled: bool) -> None:
 
             yappi.set_clock_type("cpu")
             yappi.start()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         cpu = time.process_time()
         rt.work(concurrency=concurrency, burst=True, poll_interval=0.05)
         drain = time.process_time() - cpu
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         if profiled:
             yappi.stop()
             stats = {(s.module, s.name): s.ttot for s in yappi.get_func_stats()}
@@ -80,7 +85,8 @@ def child_main(url: str, n: int, concurrency: int, profiled: bool) -> None:
         done = len(rt.runs(status=RunStatus.COMPLETED, limit=n + 1))
         if done != n:
             raise SystemExit(f"completed {done} of {n}")
-    print(json.dumps({"enqueue": enqueue / n, "drain": drain / n, "shares": shares}))
+    result = {"enqueue": enqueue / n, "drain": drain / n, "faults": faults / n, "shares": shares}
+    print(json.dumps(result))
 
 
 def run_child(src: Path, url: str, n: int, concurrency: int, profiled: bool) -> dict[str, Any]:
@@ -135,6 +141,7 @@ def measure(
             plain = run_child(src, fresh(), n, concurrency, profiled=False)
             series.setdefault((name, "enqueue"), c.Series()).add(plain["enqueue"] * 1e6)
             series.setdefault((name, "drain"), c.Series()).add(plain["drain"] * 1e6)
+            series.setdefault((name, "faults"), c.Series()).add(plain["faults"])
             if not c.installed("yappi"):  # the stage split needs the bench extra
                 continue
             profiled = run_child(src, fresh(), n, concurrency, profiled=True)
@@ -147,6 +154,13 @@ def measure(
         drain = series[(name, "drain")]
         baseline = None if name == "this" else base
         table.add(label, f"drain c={concurrency}", drain, baseline=baseline)
+        table.add(
+            label,
+            f"  page faults c={concurrency}",
+            series[(name, "faults")],
+            fmt=",.1f",
+            note="minor faults per run (kernel time: callgrind does not count it)",
+        )
         for stage, share in shares.get(name, {}).items():
             table.add(
                 label,
