@@ -5,9 +5,11 @@
 N trivial runs (one scripted answer, no tools) are enqueued one call each, then drained by
 one worker at concurrency 1 and 8. CPU is this process's user + system time, every thread,
 divided by the runs; on PostgreSQL also the cluster's (every process of it, from /proc:
-the server's share of each run, which the worker's time does not show). The stage split
-comes from a second drain under yappi's CPU clock (which slows everything down, so only the
-shares are used, applied to the unprofiled total): claim and settle (the completer's
+the server's share of each run, which the worker's time does not show); beside it, the
+drain's minor page faults per run (the kernel's share, which an instruction count such as
+`instructions.py`'s does not see). The stage split comes from a second drain under yappi's
+CPU clock (which slows everything down, so only the shares are used, applied to the
+unprofiled total): claim and settle (the completer's
 commits), the segment (journal, model step, ending), and the rest of the worker (slots,
 buffer, keeper, heartbeats).
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -67,9 +70,11 @@ def child_main(url: str, n: int, concurrency: int, profiled: bool) -> None:
             yappi.set_clock_type("cpu")
             yappi.start()
         server = c.cluster_cpu(url)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         cpu = time.process_time()
         rt.work(concurrency=concurrency, burst=True, poll_interval=0.05)
         drain = time.process_time() - cpu
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         drain_server = _since(url, server)
         if profiled:
             yappi.stop()
@@ -86,7 +91,7 @@ def child_main(url: str, n: int, concurrency: int, profiled: bool) -> None:
         done = len(rt.runs(status=RunStatus.COMPLETED, limit=n + 1))
         if done != n:
             raise SystemExit(f"completed {done} of {n}")
-    out = {"enqueue": enqueue / n, "drain": drain / n, "shares": shares}
+    out = {"enqueue": enqueue / n, "drain": drain / n, "faults": faults / n, "shares": shares}
     print(json.dumps(out | _per_run(n, enqueue_server=enqueue_server, drain_server=drain_server)))
 
 
@@ -155,6 +160,7 @@ def measure(
             for side in ("enqueue_server", "drain_server"):
                 if side in plain:
                     series.setdefault((name, side), c.Series()).add(plain[side] * 1e6)
+            series.setdefault((name, "faults"), c.Series()).add(plain["faults"])
             if not c.installed("yappi"):  # the stage split needs the bench extra
                 continue
             profiled = run_child(src, fresh(), n, concurrency, profiled=True)
@@ -174,6 +180,13 @@ def measure(
                 label, f"drain c={concurrency}, cluster", series[(name, "drain_server")],
                 baseline=other,
             )  # fmt: skip
+        table.add(
+            label,
+            f"  page faults c={concurrency}",
+            series[(name, "faults")],
+            fmt=",.1f",
+            note="minor faults per run (kernel time: callgrind does not count it)",
+        )
         for stage, share in shares.get(name, {}).items():
             table.add(
                 label,

@@ -17,7 +17,7 @@ from ._postgres import Cluster
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = [
     "drain", "steps", "recovery", "growth", "limit", "memory", "concurrency", "paths", "capacity",
-    "stream", "startup", "profile_run", "children", "claim_cost",
+    "stream", "startup", "profile_run", "children", "claim_cost", "instructions",
 ]  # fmt: skip
 TIMEOUT_SECONDS = 240
 

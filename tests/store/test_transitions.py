@@ -4,13 +4,14 @@ whether it applied. Runs against every backend in BACKENDS."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tenure._errors import StoreError
 from tenure._types import EventKind, FailureClass, RunStatus, TerminationReason, ToolEffect
-from tenure.store import Lease, Settlement, Store
+from tenure.store import Lease, NewEvent, Settlement, Store
 
 from .helpers import (
     SHORT_LEASE,
@@ -562,3 +563,34 @@ def test_settle_and_claim_with_an_old_and_a_new_lease_of_one_run_settles_the_new
     assembled = [e for e in store.events(run_id) if e.kind is EventKind.ASSEMBLED]
     assert [(e.payload["output"], e.lease_token) for e in assembled] == [("new", new.token)]
     assert sequences(store, run_id) == list(range(len(sequences(store, run_id))))
+
+
+def test_a_settle_batch_larger_than_one_statement_settles_each_run_under_its_guard(
+    store: Store,
+) -> None:
+    """SQLite writes a transaction's events a power of two per insert (at most 128): the 150
+    events of 75 settles take four inserts (128 + 16 + 4 + 2), and each run keeps its own
+    guard, values and events."""
+    run_ids = [enqueue(store) for _ in range(75)]
+    claimed = store.claim("worker:a", None, 30, 75)
+    assert [c.lease.run_id for c in claimed] == run_ids
+    settles = []
+    for i, c in enumerate(claimed):
+        lease = c.lease
+        if i % 10 == 3:  # not ours any more: a token the row does not have
+            lease = Lease(lease.run_id, lease.owner, lease.token + 1, lease.attempt)
+        done = completed(f"out-{i}")
+        events = (NewEvent(EventKind.LLM, {"i": i}), *done.events)
+        settles.append((lease, replace(done, events=events)))
+    results, _ = store.settle_and_claim(settles, "worker:a", None, 30, 0)
+    for i, (run_id, result) in enumerate(zip(run_ids, results, strict=True)):
+        run = store.get_run(run_id)
+        assert run is not None
+        if i % 10 == 3:
+            assert result is None and run.status is RunStatus.RUNNING
+            assert kinds(store, run_id) == ["request", "claimed"]
+        else:
+            assert result == [2, 3] and run.status is RunStatus.COMPLETED
+            assert run.output == f"out-{i}"
+            assert kinds(store, run_id) == ["request", "claimed", "llm", "assembled"]
+            assert [e.payload for e in store.events(run_id)][2] == {"i": i}

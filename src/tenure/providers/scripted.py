@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -28,7 +28,7 @@ from tenure._types import FailureClass, Usage
 from tenure.providers._base import ModelCall, ModelReply, ToolCall
 
 if TYPE_CHECKING:
-    from tenure.providers._turns import Turn, _Call, _Say
+    from tenure.providers._turns import Turn, _Call, _Fail, _Say, _Sleep
 
 MAX_SLEEP_SECONDS = 3600.0
 # Scripts already validated, by their JSON text: a worker plays the same few scripts over and
@@ -36,23 +36,37 @@ MAX_SLEEP_SECONDS = 3600.0
 # run's model step. Emptied whole when full.
 _PARSED_MAX = 256
 _parsed: dict[bytes, tuple[Turn, ...]] = {}
+# The turn classes, once imported (`_kinds`): an `import` statement in a function costs a
+# failed attribute lookup (a module's `__path__`) at every call.
+_KINDS: tuple[type[_Call], type[_Fail], type[_Say], type[_Sleep]] | None = None
+
+
+def _kinds() -> tuple[type[_Call], type[_Fail], type[_Say], type[_Sleep]]:
+    """The classes of the turns (`_turns` is imported on first use: it needs pydantic)."""
+    global _KINDS
+    if _KINDS is None:
+        from tenure.providers._turns import _Call, _Fail, _Say, _Sleep
+
+        _KINDS = (_Call, _Fail, _Say, _Sleep)
+    return _KINDS
 
 
 def parse_script(script: Any) -> list[Turn]:
     """Validate a script; a malformed one raises InvalidRequest naming the bad turn."""
-    from tenure.providers._turns import parse
-
     key: bytes | None
     try:
         key = orjson.dumps(script)
     except TypeError:  # not JSON as it stands (orjson's error is a TypeError): never cached
         key = None
     # orjson writes NaN and infinities as null: a text with a null could stand for a script
-    # other than the one cached under it, so such texts are not cached.
-    if key is not None and b"null" in key:
+    # other than the one cached under it, so such texts are not cached. (`find`, not `in`:
+    # `in` on bytes first tries its operand as an integer, an exception raised and cleared.)
+    if key is not None and key.find(b"null") >= 0:
         key = None
     if key is not None and (cached := _parsed.get(key)) is not None:
         return list(cached)
+    from tenure.providers._turns import parse
+
     turns = parse(script)
     if key is not None:
         if len(_parsed) >= _PARSED_MAX:
@@ -75,8 +89,6 @@ class Scripted:
         self._script = parse_script(script) if script is not None else None
 
     def complete(self, call: ModelCall) -> ModelReply:
-        from tenure.providers._turns import _Call, _Fail, _Say, _Sleep
-
         raw = call.request.script
         try:
             turns = parse_script(raw) if raw is not None else self._script
@@ -91,10 +103,11 @@ class Scripted:
             if call.turn is not None
             else sum(1 for m in call.messages if m.get("role") == "assistant")
         )
+        call_kind, fail_kind, say_kind, sleep_kind = _kinds()
         for turn in self._turns_before_answer(turns, answered):
-            if isinstance(turn, _Sleep):
+            if isinstance(turn, sleep_kind):
                 _sleep(turn.sleep, call.abort)
-            elif isinstance(turn, _Fail) and (
+            elif isinstance(turn, fail_kind) and (
                 turn.attempts is None or call.attempt in turn.attempts
             ):
                 raise ProviderError(
@@ -102,7 +115,7 @@ class Scripted:
                     turn.message or f"scripted {turn.fail} failure",
                     retry_after=turn.retry_after,
                 )
-            elif isinstance(turn, _Say | _Call):
+            elif isinstance(turn, (say_kind, call_kind)):
                 return self._reply(call, turn, answered)
         raise ProviderError(
             FailureClass.CONFIGURATION,
@@ -112,12 +125,11 @@ class Scripted:
     @staticmethod
     def _turns_before_answer(turns: list[Turn], answered: int) -> list[Turn]:
         """The turns from just after answer number `answered - 1` through the next answer."""
-        from tenure.providers._turns import _Call, _Say
-
+        call_kind, _, say_kind, _ = _kinds()
         seen = 0
         start = 0
         for index, turn in enumerate(turns):
-            if isinstance(turn, _Say | _Call):
+            if isinstance(turn, (say_kind, call_kind)):
                 if seen == answered:
                     return turns[start : index + 1]
                 seen += 1
@@ -126,11 +138,10 @@ class Scripted:
 
     @staticmethod
     def _reply(call: ModelCall, turn: _Say | _Call, answered: int) -> ModelReply:
-        from tenure.providers._turns import _Say
-
-        if isinstance(turn, _Say):
-            usage = Usage(**turn.usage.model_dump()) if turn.usage else _estimate(call, turn.say)
-            return ModelReply(text=turn.say, usage=usage, model="scripted")
+        if not isinstance(turn, _kinds()[0]):
+            say = cast("_Say", turn)
+            usage = Usage(**say.usage.model_dump()) if say.usage else _estimate(call, say.say)
+            return ModelReply(text=say.say, usage=usage, model="scripted")
         # A copy: the turn may be shared by every run of the same script (`parse_script`).
         calls = tuple(
             ToolCall(id=f"call_{answered}_{i}", name=item.tool, args=copy.deepcopy(item.args))

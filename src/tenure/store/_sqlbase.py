@@ -10,9 +10,11 @@ sequences it reserved (`n` of them, named by the statement's caller).
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, Protocol, TypeVar
 
 from tenure._json import dumps
@@ -40,6 +42,40 @@ class Cursor(Protocol):
     def fetchone(self) -> Any: ...
 
     def fetchall(self) -> list[Any]: ...
+
+
+_PARAM = re.compile(r":(\w+)")
+
+
+@lru_cache(maxsize=512)
+def repeated_row(sql: str, rows: int) -> tuple[str, tuple[str, ...]]:
+    """A statement of one row of `VALUES (...)`, written for `rows` rows with positional
+    parameters, and the names of one row's parameters in their order: bind
+    `[row[name] for row in rows for name in names]`."""
+    start = sql.index("VALUES") + len("VALUES")
+    opening = sql.index("(", start)
+    depth = 0
+    for end in range(opening, len(sql)):  # to the parenthesis that closes the row
+        depth += {"(": 1, ")": -1}.get(sql[end], 0)
+        if depth == 0:
+            break
+    row = sql[opening : end + 1]
+    names = tuple(_PARAM.findall(row))
+    positional = _PARAM.sub("?", row)
+    return sql[:opening] + ", ".join([positional] * rows) + sql[end + 1 :], names
+
+
+def in_powers_of_two(items: Sequence[T], most: int) -> Iterator[Sequence[T]]:
+    """`items` in consecutive slices whose lengths are powers of two, none longer than
+    `most` (a power of two): a statement written for each length (`repeated_row`) is
+    prepared once per length, and a process meets at most log2(most) + 1 of them, not one
+    per batch size (SQLite compiles a statement's triggers into it: a prepare costs as much
+    as many executions)."""
+    start = 0
+    while start < len(items):
+        size = min(most, 1 << ((len(items) - start).bit_length() - 1))
+        yield items[start : start + size]
+        start += size
 
 
 def _no_op() -> None:

@@ -51,6 +51,14 @@ VALUES (:id, :queue, 'running', :request, :idempotency_key, :owner,
 INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
 VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, {now});
 
+-- name: insert_events
+-- `insert_event` for several rows in one statement: the store writes the row of VALUES once
+-- per event and binds the values by position, in the order the row names them. One
+-- statement, not one per row: each execution of an insert sets up the program of its
+-- trigger (`tenure_deltas_answered`) anew; the rows of one statement share it.
+INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
+VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, {now});
+
 -- name: _claim_set
 -- What a claim does to each run it takes: the claim of the oldest runs and the claim of one
 -- named run differ only in which rows they take.
