@@ -231,3 +231,32 @@ def test_a_cancel_while_an_answer_is_held_records_nothing_more(
     assert run is not None and run.status is RunStatus.CANCELLED
     assert [e for e in rt.events(run_id) if e.kind is EventKind.LLM] == []
     assert audit(rt.store).ok
+
+
+def test_an_answer_recorded_with_the_end_replays_as_any_model_step(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A journal whose last answer rode with the run's end: a fork from its `assembled`
+    event replays both answers (the fork's model is not asked again)."""
+    rt = make_runtime()
+
+    @rt.agent
+    def twice(ctx: tenure.AgentContext) -> dict[str, str]:
+        first = ctx.model("one?").text or ""
+        last = ctx.model("two?").text or ""
+        return {"first": first, "last": last}
+
+    script = [{"say": "a", "usage": USAGE}, {"say": "b", "usage": USAGE}]
+    run_id = rt.enqueue(RunRequest(agent="twice", input={}, model="scripted", script=script))
+    done = rt.run_queued(run_id)
+    assert done is not None and done.outcome is Outcome.COMPLETED, done
+    events = rt.events(run_id)
+    assert [e.kind for e in events][-3:] == [EventKind.LLM, EventKind.LLM, EventKind.ASSEMBLED]
+    (assembled,) = [e for e in events if e.kind is EventKind.ASSEMBLED]
+    fork_id = rt.fork(run_id, assembled.sequence)
+    replayed = rt.run_queued(fork_id)
+    assert replayed is not None and replayed.outcome is Outcome.COMPLETED, replayed
+    assert json.loads(rt.status(fork_id).output or "") == {"first": "a", "last": "b"}  # type: ignore[union-attr]
+    models = [e for e in rt.events(fork_id) if e.kind is EventKind.LLM]
+    assert [e.payload["position"] for e in models] == [0, 1]  # copied, none asked again
+    assert audit(rt.store).ok
