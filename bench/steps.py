@@ -22,10 +22,11 @@ loop; the slot thread waits for it), compared with the same runs of the plain to
 target is at most 10 % more per step (a ratio of at least 0.91x).
 
 `--agents-only --against DIR` (repeatable) measures an agent function's step against the
-built-in loop's for this checkout and for DIR's `src/`, each drain in a fresh child process,
-all alternating (loop then agent, this checkout then DIR, each repetition): CPU time of the
-worker's process, on PostgreSQL also with the server's (the cluster's processes), write
-transactions per run, and the ratio agent / loop of each repetition.
+built-in loop's for this checkout and for DIR's `src/`, each drain in a fresh child process
+(after a few runs drained unmeasured), all alternating (loop then agent, this checkout then
+DIR, each repetition): CPU time of the worker's process, on PostgreSQL also with the
+server's (the cluster's processes), write transactions per run, and the ratio agent / loop
+of each repetition.
 """
 
 from __future__ import annotations
@@ -262,22 +263,29 @@ HERE = Path(__file__).resolve().parent
 TARGET = 1.1  # an agent function's step at most this many times the loop's
 
 
+# Runs drained first in each child, unmeasured: what a process does once (imports, caches,
+# the first statements prepared) is not a step's cost.
+WARM_RUNS = 10
+
+
 def drain_child(url: str, kind: str, runs: int) -> None:
     """In a child process whose `sys.path` starts at the checkout measured: drain `runs`
-    runs of `kind` (loop or agent, k = 10) and print a JSON line of seconds (wall, this
-    process's CPU, the PostgreSQL cluster's CPU or null) and write transactions."""
+    runs of `kind` (loop or agent, k = 10), after WARM_RUNS unmeasured, and print a JSON line
+    of seconds (wall, this process's CPU, the PostgreSQL cluster's CPU or null) and write
+    transactions."""
     asked = request(ASYNC_STEPS) if kind == "loop" else agent_request(ASYNC_STEPS)
     with tenure_runtime(url) as rt:
+        rt.enqueue_many([asked] * WARM_RUNS)
+        rt.work(concurrency=1, burst=True, poll_interval=0.01)
         rt.enqueue_many([asked] * runs)
-    with tenure_runtime(url) as rt:
-        rt.store  # noqa: B018
         writes = count_writes(rt)
         server = c.cluster_cpu(url)
         started, cpu = time.perf_counter(), time.process_time()
         rt.work(concurrency=1, burst=True, poll_interval=0.01)
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         after = c.cluster_cpu(url)
-        if len(rt.runs(status=RunStatus.COMPLETED, limit=runs + 1)) != runs:
+        done = len(rt.runs(status=RunStatus.COMPLETED, limit=runs + WARM_RUNS + 1))
+        if done != runs + WARM_RUNS:
             sys.exit("steps: not every run completed")
     server_cpu = None if server is None or after is None else after - server
     print(json.dumps({"wall": seconds, "cpu": cpu, "server": server_cpu, "writes": writes[0]}))
