@@ -172,7 +172,8 @@ class Steps:
 
     def last_write(self) -> None:
         """Before the write that ends this segment's hold on the run."""
-        self.record_held()
+        if self.held:
+            self.record_held()
         self.before_last_write()
         self.check_held()
 
@@ -232,7 +233,8 @@ class Steps:
         Returns (result, None) or (None, error text): a step's ordinary exception is its
         result. `where` locates the call in the run (a model turn and index, or an agent
         function's position) for the fence's record. The one place a write is fenced."""
-        self.record_held()  # durable before the step runs
+        if self.held:  # durable before the step runs
+            self.record_held()
         self.check_held()
         if tool.effect.is_write:
             # The fence names the call it stands for, so that any process can later ask the
@@ -277,7 +279,8 @@ class Steps:
 
     def resolve_fence(self, events: list[NewEvent]) -> None:
         """Clear an in-doubt fence with the probe's events, in one transaction."""
-        self.record_held()
+        if self.held:
+            self.record_held()
         self.check_held()
         sequences = self.store.resolve_fence(self.lease, self.settings.lease_seconds, events)
         if sequences is None:
