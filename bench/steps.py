@@ -1,7 +1,7 @@
 """steps: runs of 1, 10 and 50 read-only tool steps; time and commits per step.
 
     python bench/steps.py [--size RUNS] [--repeat 3] [--quick] [--postgres URL]
-                          [--keeper-only | --async-only]
+                          [--keeper-only | --async-only | --agents-only [--against DIR]]
 
 Each run calls a read-only tool k times (one call per model turn for k = 1, five per turn
 beyond) and then answers, so a run has k tool steps and k/5 + 1 (at least 2) model steps.
@@ -20,16 +20,27 @@ leases are renewed at step boundaries only, as before it existed), at the defaul
 A last row runs k = 10 with an `async def` read tool instead (it runs on the process's event
 loop; the slot thread waits for it), compared with the same runs of the plain tool: the
 target is at most 10 % more per step (a ratio of at least 0.91x).
+
+`--agents-only --against DIR` (repeatable) measures an agent function's step against the
+built-in loop's for this checkout and for DIR's `src/`, each drain in a fresh child process
+(after a few runs drained unmeasured), all alternating (loop then agent, this checkout then
+DIR, each repetition): CPU time of the worker's process, on PostgreSQL also with the
+server's (the cluster's processes), write transactions per run, and the ratio agent / loop
+of each repetition.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import _common as c
@@ -248,6 +259,125 @@ def replay_seconds(url: str, steps: int, runs: int) -> tuple[tuple[float, float]
 
 
 WALL, CPU = 0, 1
+HERE = Path(__file__).resolve().parent
+TARGET = 1.1  # an agent function's step at most this many times the loop's
+
+
+# Runs drained first in each child, unmeasured: what a process does once (imports, caches,
+# the first statements prepared) is not a step's cost.
+WARM_RUNS = 10
+
+
+def drain_child(url: str, kind: str, runs: int) -> None:
+    """In a child process whose `sys.path` starts at the checkout measured: drain `runs`
+    runs of `kind` (loop or agent, k = 10), after WARM_RUNS unmeasured, and print a JSON line
+    of seconds (wall, this process's CPU, the PostgreSQL cluster's CPU or null) and write
+    transactions."""
+    asked = request(ASYNC_STEPS) if kind == "loop" else agent_request(ASYNC_STEPS)
+    with tenure_runtime(url) as rt:
+        rt.enqueue_many([asked] * WARM_RUNS)
+        rt.work(concurrency=1, burst=True, poll_interval=0.01)
+        rt.enqueue_many([asked] * runs)
+        writes = count_writes(rt)
+        server = c.cluster_cpu(url)
+        started, cpu = time.perf_counter(), time.process_time()
+        rt.work(concurrency=1, burst=True, poll_interval=0.01)
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+        after = c.cluster_cpu(url)
+        done = len(rt.runs(status=RunStatus.COMPLETED, limit=runs + WARM_RUNS + 1))
+        if done != runs + WARM_RUNS:
+            sys.exit("steps: not every run completed")
+    server_cpu = None if server is None or after is None else after - server
+    print(json.dumps({"wall": seconds, "cpu": cpu, "server": server_cpu, "writes": writes[0]}))
+
+
+def drained_in(src: Path, url: str, kind: str, runs: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(HERE)])}
+    done = subprocess.run(
+        [sys.executable, __file__, "--drain-child", url, kind, str(runs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=900,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"child failed:\n{done.stderr[-3000:]}")
+    measured: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return measured
+
+
+Measured = dict[tuple[str, str, str], c.Series]
+
+
+def agents_against(
+    stores: list[tuple[str, Callable[[], str]]],
+    runs: int,
+    times: int,
+    checkouts: dict[str, Path],
+) -> c.Table:
+    """An agent function's step against the loop's, for each checkout, alternating."""
+    k = ASYNC_STEPS
+    table = c.Table(
+        f"steps: agent function step / loop step, CPU ms per step (k={k}, {runs} runs), "
+        "each checkout in child processes, alternating"
+    )
+    for name, url_for in stores:
+        series: Measured = {}
+        for _ in range(times):
+            for checkout, src in checkouts.items():
+                got = {kind: drained_in(src, url_for(), kind, runs) for kind in ("loop", "agent")}
+                pair_measured(series, checkout, got, runs)
+        for checkout in checkouts:
+            against_rows(table, f"{checkout}/{name}", series, checkout)
+    return table
+
+
+def pair_measured(
+    series: Measured, checkout: str, got: dict[str, dict[str, Any]], runs: int
+) -> None:
+    """One repetition's loop and agent drains of one checkout, added to `series`."""
+    per_run = steps_per_run(ASYNC_STEPS)
+
+    def add(key: tuple[str, str, str], value: float) -> None:
+        series.setdefault(key, c.Series()).add(value)
+
+    def with_server(m: dict[str, Any]) -> float:
+        return float(m["cpu"] + m["server"])
+
+    for kind, m in got.items():
+        add((checkout, kind, "cpu"), m["cpu"] / (runs * per_run) * 1000)
+        add((checkout, kind, "writes"), m["writes"] / runs)
+        if m["server"] is not None:
+            add((checkout, kind, "server"), with_server(m) / (runs * per_run) * 1000)
+    loop, agent = got["loop"], got["agent"]
+    add((checkout, "ratio", "cpu"), agent["cpu"] / loop["cpu"])
+    if loop["server"] is not None and agent["server"] is not None:
+        add((checkout, "ratio", "server"), with_server(agent) / with_server(loop))
+
+
+def against_rows(table: c.Table, system: str, series: Measured, checkout: str) -> None:
+    for clock, label in (("cpu", "CPU"), ("server", "CPU with the server's")):
+        if (checkout, "loop", clock) not in series:
+            continue
+        table.add(
+            system, f"built-in loop step, {label}", series[checkout, "loop", clock], fmt=".3f"
+        )
+        table.add(
+            system, f"agent function step, {label}", series[checkout, "agent", clock], fmt=".3f"
+        )
+        ratios = series[checkout, "ratio", clock]
+        met = sum(r <= TARGET for r in ratios.values)
+        table.add(
+            system,
+            f"agent / loop, {label}",
+            ratios,
+            fmt=".3f",
+            note=f"per repetition; <= {TARGET}x in {met} of {len(ratios.values)}",
+        )
+    for kind in ("loop", "agent"):
+        writes = series[checkout, kind, "writes"]
+        table.add(system, f"{kind}: write transactions per run", writes, fmt=".2f")
 
 
 def agents_table(stores: list[tuple[str, Callable[[], str]]], runs: int, times: int) -> c.Table:
@@ -317,6 +447,7 @@ def main() -> None:
     p.add_argument("--keeper-only", action="store_true", help="only the keeper table")
     p.add_argument("--async-only", action="store_true", help="only the async tool table")
     p.add_argument("--agents-only", action="store_true", help="only the agent functions table")
+    c.add_against(p)
     args = p.parse_args()
     runs, times = c.size_and_repeat(args)
     table = c.Table(f"steps: ms per step, {runs} runs each, concurrency 1")
@@ -332,7 +463,7 @@ def main() -> None:
             c.emit(async_table(stores, runs, times), preamble=c.machine())
             return
         if args.agents_only:
-            c.emit(agents_table(stores, runs, times), preamble=c.machine())
+            agents_only(args, stores, runs, times)
             return
         keeper = keeper_table(stores, runs, times)
         if args.keeper_only:
@@ -366,6 +497,15 @@ def main() -> None:
         asynchronous = async_table(stores, runs, times)
         agents = agents_table(stores, runs, times)
     c.emit(table, commits, asynchronous, agents, keeper, preamble=c.machine())
+
+
+def agents_only(
+    args: Any, stores: list[tuple[str, Callable[[], str]]], runs: int, times: int
+) -> None:
+    if args.against:
+        c.emit(agents_against(stores, runs, times, c.checkouts(args)), preamble=c.machine())
+    else:
+        c.emit(agents_table(stores, runs, times), preamble=c.machine())
 
 
 def async_table(stores: list[tuple[str, Callable[[], str]]], runs: int, times: int) -> c.Table:
@@ -403,4 +543,7 @@ def async_table(stores: list[tuple[str, Callable[[], str]]], runs: int, times: i
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--drain-child"]:
+        drain_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        main()

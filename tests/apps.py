@@ -17,6 +17,10 @@ answer (`pay`: the probe-able `pay_probed`; else a read), books the run with a `
 write that has a probe (a line in LEDGER, as `pay_probed`'s), draws `ctx.now` and `ctx.uuid`,
 may wait for a person's `ctx.approve` (then an idempotent `save`), and sleeps.
 
+`answered` is an agent function that asks its model and then, on its first attempt, stays
+between the answer and its return (noted `RUN answered` in `LEDGER.marks`): the answer is
+held there, to be recorded with the run's end, and a crash test kills the worker there.
+
 `soak_parent` and `soak_child` are the soak's run trees (SPEC §21): a parent fans out with
 `ctx.map` to `soak_child` runs (a model call on the tree's budget, the same probe-able
 `ctx.step` booking, perhaps a sleep, perhaps a failure by design), perhaps to one nested
@@ -96,6 +100,7 @@ def make_app(db_url: str, ledger: str, lease: float = 1.0, max_requeues: int = 3
     _add_soak_agent(rt, ledger)
     _add_soak_trees(rt, ledger)
     _add_checked_pay(rt, ledger, mark)
+    _add_answered(rt, marks)
 
     @rt.tool(effect=ToolEffect.IDEMPOTENT_WRITE, timeout=CRASH_TOOL_TIMEOUT)
     def save(ctx: ToolContext, slow_return: float = 0.0) -> Any:
@@ -250,6 +255,19 @@ class Bookings:
     def book(self, ctx: ToolContext, amount: int) -> dict[str, int]:
         self.fenced.pay(ctx.run_id, ctx.idempotency_key, ctx.fencing_token)
         return {"booked": amount}
+
+
+def _add_answered(rt: tenure.Runtime, marks: str) -> None:
+    @rt.agent
+    def answered(ctx: tenure.AgentContext) -> str:
+        """Ask the model; on the first attempt, stay after its answer until killed."""
+        text = ctx.model("answer?").text or ""
+        if ctx.attempt == 0:
+            _append(marks, f"{ctx.run_id} answered\n")
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+        return text
 
 
 def _add_soak_agent(rt: tenure.Runtime, ledger: str) -> None:

@@ -427,7 +427,10 @@ class Segment:
 
     def end(self, settlement: Settlement, output: str | None = None) -> RunResult | Ending:
         """The normal end: settled here, or returned for the caller to commit (a worker
-        commits the ends of several runs, and its next claim, in one transaction)."""
+        commits the ends of several runs, and its next claim, in one transaction). An agent
+        function's answer still held rides in the same transaction, as `_complete`'s does."""
+        if self.steps.held:
+            settlement = self.steps.carry_held(settlement)
         self.steps.last_write()
         if self._defer_end:
             return Ending(settlement)

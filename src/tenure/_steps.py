@@ -13,6 +13,7 @@ misses.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -100,6 +101,11 @@ class Steps:
     abort: threading.Event = field(default_factory=Abort)
     lost_cancelled: bool = False
     step: StepInFlight | None = None  # the step in flight, with its deadline
+    # An agent function's model answer made but not recorded yet (SPEC §20), and its usage:
+    # it rides with this segment's next write, or with its end, as the built-in loop's last
+    # answer rides with the run's settle. Lost only where that one is: with the run.
+    held: tuple[NewEvent, ...] = ()
+    held_usage: Usage = NO_USAGE
 
     def __post_init__(self) -> None:
         if self.fence_call is not None:  # the fence the run was requeued with still stands
@@ -166,6 +172,8 @@ class Steps:
 
     def last_write(self) -> None:
         """Before the write that ends this segment's hold on the run."""
+        if self.held:
+            self.record_held()
         self.before_last_write()
         self.check_held()
 
@@ -176,8 +184,35 @@ class Steps:
 
     # -- steps -----------------------------------------------------------------------------
 
+    def hold(self, event: NewEvent, usage: Usage) -> None:
+        """Keep `event` (a model answer) for this segment's next write or its end."""
+        self.record_held()
+        self.held, self.held_usage = (event,), usage
+
+    def record_held(self) -> None:
+        """Record the held answer now, if there is one (before anything else happens)."""
+        if self.held:
+            self.record([])
+
+    def carry_held(self, settlement: Settlement) -> Settlement:
+        """`settlement` with the held answer as its first events: one transaction, as the
+        built-in loop's `_complete` settles its last answer."""
+        if not self.held:
+            return settlement
+        events, usage = self.held, self.held_usage
+        self.held, self.held_usage = (), NO_USAGE
+        self.usage += usage
+        return dataclasses.replace(
+            settlement, events=(*events, *settlement.events), usage=settlement.usage + usage
+        )
+
     def record(self, events: list[NewEvent], usage: Usage = NO_USAGE) -> list[int]:
         """Heartbeat and append in one transaction (the step boundary)."""
+        if self.held:
+            # Taken whatever happens next: a write that fails loses it, as it would have
+            # lost it recorded alone (the model is asked again by the next attempt).
+            events, usage = [*self.held, *events], self.held_usage + usage
+            self.held, self.held_usage = (), NO_USAGE
         self.check_held()
         sequences = self.store.record_step(self.lease, self.settings.lease_seconds, events, usage)
         if sequences is None:
@@ -198,6 +233,8 @@ class Steps:
         Returns (result, None) or (None, error text): a step's ordinary exception is its
         result. `where` locates the call in the run (a model turn and index, or an agent
         function's position) for the fence's record. The one place a write is fenced."""
+        if self.held:  # durable before the step runs
+            self.record_held()
         self.check_held()
         if tool.effect.is_write:
             # The fence names the call it stands for, so that any process can later ask the
@@ -242,6 +279,8 @@ class Steps:
 
     def resolve_fence(self, events: list[NewEvent]) -> None:
         """Clear an in-doubt fence with the probe's events, in one transaction."""
+        if self.held:
+            self.record_held()
         self.check_held()
         sequences = self.store.resolve_fence(self.lease, self.settings.lease_seconds, events)
         if sequences is None:
@@ -253,6 +292,7 @@ class Steps:
 
     def settle(self, settlement: Settlement) -> None:
         """A terminal state; LeaseLost or RunCancelled if the row is no longer ours."""
+        settlement = self.carry_held(settlement)
         self.last_write()
         sequences = self.store.settle(self.lease, settlement)
         if sequences is None:

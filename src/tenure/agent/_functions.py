@@ -364,6 +364,7 @@ class AgentContext:
         # segment: its engine's registry and settings), looked up once, not at every step.
         self._tools: dict[str, tuple[Tool, bool]] = {}
         self._check_held = segment.steps.check_held
+        self._steps = segment.steps
         self._model_digest = TranscriptDigest()
 
     # -- plain values ----------------------------------------------------------------------
@@ -385,6 +386,7 @@ class AgentContext:
         return segment.store.run_status(segment.run_id) is RunStatus.CANCELLED
 
     def raise_if_cancelled(self) -> None:
+        self._record_held()
         if self.cancelled:
             raise RunCancelled(self.run_id)
 
@@ -395,6 +397,7 @@ class AgentContext:
         the run goes back untouched, for a worker that has it; after, the segment has
         started and cannot be given back unstarted: the run fails `configuration` (every
         worker that serves an agent must register the models and tools it uses)."""
+        self._record_held()  # then the run has started: it is not given back
         segment = self._segment
         if not segment.wrote_anything:
             raise _Yield(segment.hand_back_unserved(missing))
@@ -406,6 +409,19 @@ class AgentContext:
     def _check_doubt(self) -> None:
         if self._doubt is not None:
             raise self._doubt
+
+    def _record_held(self) -> None:
+        """The model answer this segment holds, recorded before the next step: a step that
+        runs (or a person asked, or a segment ended by the function) follows a durable
+        answer, exactly as in the built-in loop. Only the function's return carries it with
+        the run's end (`Segment.end`). If it cannot be recorded, the segment cannot go on:
+        the error is raised again at every later step and at the function's return."""
+        if self._steps.held:
+            try:
+                self._steps.record_held()
+            except Exception as exc:
+                self._doubt = exc
+                raise
 
     def _next(self, step: str, name: str, args_digest: str) -> tuple[int, Recorded | None]:
         """The next position, and its recorded step if the journal has one (checked)."""
@@ -422,6 +438,7 @@ class AgentContext:
             # first step that runs (or is out of step) looks at it.
             self._position = position + 1
             return position, found
+        self._record_held()
         self._check_held()
         self._position = position + 1
         try:
@@ -558,7 +575,11 @@ class AgentContext:
             "name": name,
             "digest": d,
         }
-        self._record([NewEvent(EventKind.LLM, payload)], reply.usage)
+        # Held, not recorded yet: recorded before whatever the function does next, or carried
+        # with the run's end if it returns (one transaction fewer, as the built-in loop's
+        # last answer). A crash before then loses it as the loop's is lost: the next attempt
+        # asks the model again.
+        self._steps.hold(NewEvent(EventKind.LLM, payload), reply.usage)
         self._log.usage += reply.usage
         return reply
 
@@ -1011,6 +1032,7 @@ class AgentContext:
         """A person's decision at `position`: (approved, by whom) or, for input, (values,
         by whom). Holds the run for a person when none is recorded yet."""
         self._check_doubt()
+        self._record_held()
         found = self._log.recorded(position)
         if found is not None:
             # Decided and recorded: the step itself replays it (or finds it changed).
