@@ -24,6 +24,9 @@ SQLITE_ONLY = {
     # rendered each run's object anew for every value read; PostgreSQL's settle_batch reads
     # its batch once.
     "settle_one",
+    # The last sequence of a run `settle_one` settled: SQLite's settle has no RETURNING (its
+    # rows would go through a temporary table at every execution).
+    "settled_sequence",
 }
 
 

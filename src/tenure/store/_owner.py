@@ -426,7 +426,12 @@ class OwnerTransitions(SQLBase):
             except (UnicodeEncodeError, OverflowError):  # refused at binding: nothing ran
                 pass
             else:
-                return cur.fetchall()
+                # The rows the UPDATE itself changed (not its triggers'): 1 if the guard
+                # held. The read is in the write transaction, so it sees this settle's row.
+                if cur.rowcount != 1:
+                    return []
+                (sequence,) = cur.execute(self._q["settled_sequence"], params).fetchone()
+                return [(params["id"], params["token"], sequence)]
         cur.execute(self._q["settle_batch"], {"batch": dumps([params])})
         return cur.fetchall()
 

@@ -293,6 +293,9 @@ RETURNING id, lease_token, last_sequence;
 -- run of a batch (in the batch's one transaction). Reading each value out of the batch's
 -- JSON cost more than the rest of the update (`json_each` renders a row's object anew at
 -- every `json_extract`). The guard is `settle_batch`'s (tests/unit/test_guards.py).
+-- No RETURNING: SQLite gathers a RETURNING's rows in a temporary table made at every
+-- execution (a b-tree opened, filled, read back and freed), which cost more than the
+-- primary-key read that follows a settle that applied (`settled_sequence`, same transaction).
 UPDATE tenure_runs
    SET status = :status, termination_reason = :reason, output = :output,
        error_class = :error_class, error = :error, claimed_by = '', lease_expires = NULL,
@@ -310,8 +313,11 @@ UPDATE tenure_runs
  WHERE id = :id AND status = 'running'
    AND claimed_by = :owner
    AND lease_token = :token AND lease_expires >= {now}
-   AND (:fence = '' OR pending_effect = :fence)
-RETURNING id, lease_token, last_sequence;
+   AND (:fence = '' OR pending_effect = :fence);
+
+-- name: settled_sequence
+-- The last sequence of a run that `settle_one` has just settled, read in its transaction.
+SELECT last_sequence FROM tenure_runs WHERE id = :id;
 
 -- name: cancel
 -- Any non-terminal run; the fence stays as evidence of a write that may have happened.
