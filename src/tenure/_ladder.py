@@ -266,13 +266,17 @@ class Segment:
         provider = self.engine.models.get(request.model)
         if provider is None:
             raise ProviderError(FailureClass.CONFIGURATION, str(UnknownModel(request.model)))
-        tool_of = self._tool_of(request)
+        # Made when a call is to be looked up (a run without tool calls needs none).
+        tool_of: Callable[[str], Tool | None] | None = None
         if self.fence_call is not None:
+            tool_of = self._tool_of(request)
             settled = _indoubt.resolve(self.steps, tool_of, journal, self.fence_call)
             if settled is not None:
                 return self.result(settled)
         while True:
             if journal.pending:
+                if tool_of is None:
+                    tool_of = self._tool_of(request)
                 suspended = self._tool_steps(request, journal, tool_of)
                 if suspended is not None:
                     return suspended
@@ -311,7 +315,7 @@ class Segment:
         call = ModelCall(
             messages=list(journal.messages),
             tools=self.engine.tools.specs(request.tools),
-            run_id=self.run_id,
+            run_id=self.lease.run_id,
             attempt=self.lease.attempt,
             request=request,
             abort=self.steps.abort,
