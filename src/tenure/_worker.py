@@ -375,7 +375,8 @@ class Worker:
         while (item := self._take()) is not None:
             ended_here = not self._execute(item)
             with self._lock:
-                if item.lease in self._abandoned:
+                # (An empty set is looked at first: hashing a Lease is a Python call.)
+                if self._abandoned and item.lease in self._abandoned:
                     # A new slot took this one's place while its step hung: end the thread.
                     self._abandoned.discard(item.lease)
                     return
