@@ -235,6 +235,8 @@ class Segment:
             missing = []
         else:
             missing = [f"model {request.model!r}"]
+        if not request.tools:
+            return missing
         tools = self.engine.tools
         return missing + [f"tool {name!r}" for name in request.tools if tools.get(name) is None]
 
@@ -266,18 +268,14 @@ class Segment:
         provider = self.engine.models.get(request.model)
         if provider is None:
             raise ProviderError(FailureClass.CONFIGURATION, str(UnknownModel(request.model)))
-        # Made when a call is to be looked up (a run without tool calls needs none).
-        tool_of: Callable[[str], Tool | None] | None = None
         if self.fence_call is not None:
-            tool_of = self._tool_of(request)
-            settled = _indoubt.resolve(self.steps, tool_of, journal, self.fence_call)
+            settled = _indoubt.resolve(self.steps, self._tool_of(request), journal, self.fence_call)
             if settled is not None:
                 return self.result(settled)
         while True:
             if journal.pending:
-                if tool_of is None:
-                    tool_of = self._tool_of(request)
-                suspended = self._tool_steps(request, journal, tool_of)
+                # `tool_of` is made only here (a run without tool calls needs none).
+                suspended = self._tool_steps(request, journal, self._tool_of(request))
                 if suspended is not None:
                     return suspended
             if journal.answers >= request.max_iterations:
@@ -341,7 +339,8 @@ class Segment:
     def ask(self, provider: Provider, call: ModelCall) -> ModelReply:
         """The model step, on its run tree's budget when the run has one (SPEC §21): raises
         `BudgetSpent` when that is spent."""
-        if not _budget.has_budget(call.request):
+        request = call.request  # `_budget.has_budget`, inline: every model step asks it
+        if request.max_tokens is None and request.max_cost is None:
             return self._ask(provider, call)
         return _budget.spend(self, provider, call, lambda: self._ask(provider, call))
 
