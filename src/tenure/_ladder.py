@@ -41,7 +41,7 @@ from tenure._types import (
 from tenure.agent import _functions, _human
 from tenure.agent._journal import Journal
 from tenure.agent._tools import Tool, Toolbox
-from tenure.providers._base import ModelCall, ModelReply, Provider, streams
+from tenure.providers._base import ModelCall, ModelReply, Provider, new_call, streams
 from tenure.store._base import Lease, NewEvent, Settlement, Store
 
 if TYPE_CHECKING:
@@ -310,7 +310,7 @@ class Segment:
         (no call needed to know it) or its tree's, on the ledger."""
         if _functions.over_budget(request, journal.usage):
             return None
-        call = ModelCall(
+        call = new_call(
             messages=list(journal.messages),
             tools=self.engine.tools.specs(request.tools),
             run_id=self.lease.run_id,

@@ -1,0 +1,32 @@
+"""`new_call`, the model step's `ModelCall` built without the frozen dataclass's `__init__`:
+the same object as the constructor's, for every field."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tenure import RunRequest
+from tenure.providers._base import ModelCall, new_call
+
+
+def test_new_call_is_the_constructors_call_field_for_field() -> None:
+    request = RunRequest(prompt="x", model="scripted")
+    given = {
+        "messages": [{"role": "user", "content": "x"}],
+        "tools": [],
+        "run_id": "r1",
+        "attempt": 2,
+        "request": request,
+        "timeout": 30.0,
+    }
+    fast, built = new_call(**given), ModelCall(**given)  # type: ignore[arg-type]
+    assert fast == built
+    assert vars(fast) == vars(built)
+    assert set(vars(fast)) == {f.name for f in dataclasses.fields(ModelCall)}
+    # Frozen as the constructor's, and each call has its own `options`.
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.run_id = "other"  # type: ignore[misc]
+    assert fast.options == {} and fast.options is not new_call(**given).options
+    assert new_call(**given, options={"temperature": 0}).options == {"temperature": 0}
