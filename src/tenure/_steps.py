@@ -160,9 +160,17 @@ class Steps:
     def begin_step(self, timeout: float, what: str) -> None:
         """`step_deadline`'s entry as plain code, for the model step every run makes: the
         caller sets `step` back to None in its `finally`."""
-        self.step = StepInFlight(
-            self.next_sequence(), what, timeout, time.monotonic() + timeout, self.fence
+        # The frozen dataclass's fields filled directly (its `__init__` makes an
+        # `object.__setattr__` per field): the same object, at every run's model step.
+        step: StepInFlight = object.__new__(StepInFlight)
+        step.__dict__.update(
+            sequence=self.next_sequence(),
+            what=what,
+            timeout=timeout,
+            deadline=time.monotonic() + timeout,
+            fence=self.fence,
         )
+        self.step = step
 
     # -- holding the run -------------------------------------------------------------------
 

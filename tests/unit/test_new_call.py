@@ -30,3 +30,16 @@ def test_new_call_is_the_constructors_call_field_for_field() -> None:
         fast.run_id = "other"  # type: ignore[misc]
     assert fast.options == {} and fast.options is not new_call(**given).options
     assert new_call(**given, options={"temperature": 0}).options == {"temperature": 0}
+
+
+def test_a_usage_sum_and_a_step_in_flight_are_the_constructors_objects() -> None:
+    from tenure._steps import StepInFlight
+    from tenure._types import Usage
+
+    total = Usage(1, 2, 0.5) + Usage(3, 4, 0.25)
+    assert total == Usage(4, 6, 0.75) and vars(total) == vars(Usage(4, 6, 0.75))
+    assert hash(total) == hash(Usage(4, 6, 0.75))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        total.cost = 0.0  # type: ignore[misc]
+    fields = {f.name for f in dataclasses.fields(StepInFlight)}
+    assert fields == {"sequence", "what", "timeout", "deadline", "fence"}  # begin_step's
