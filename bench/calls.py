@@ -4,7 +4,8 @@
 
 N trivial runs (one scripted answer, no tools) are enqueued into a fresh SQLite file, then
 one worker drains them with `rt.work(concurrency=C, burst=True)` under yappi (every thread,
-built-in functions included); the drain's calls divided by N are printed, then the K
+built-in functions included); the drain's calls divided by N are printed (all, and those
+of Python functions: a built-in's call is far cheaper), then the K
 functions called most per run and the K with the most own CPU time per run (yappi's CPU
 clock, which slows everything down: the times are shares, not costs). Like an instruction
 count, the number of calls hardly moves with the machine's load: a change to the run path
@@ -60,6 +61,7 @@ def child_main(n: int, concurrency: int, top: int) -> None:
         json.dumps(
             {
                 "calls": sum(s.ncall for s in stats) / n,
+                "python": sum(s.ncall for s in stats if s.lineno) / n,
                 "by_count": [row(s) for s in by_count],
                 "by_time": [row(s) for s in by_time],
             }
@@ -98,7 +100,10 @@ def main() -> None:
     for concurrency in args.concurrency or [8, 1]:
         for name, src in c.checkouts(args).items():
             found = count(src, args.size, concurrency, args.top)
-            print(f"\n## {name}, SQLite drain c={concurrency}: {found['calls']:.1f} calls per run")
+            print(
+                f"\n## {name}, SQLite drain c={concurrency}: {found['calls']:.1f} calls per run, "
+                f"{found['python']:.1f} of them of Python functions (the rest built-ins)"
+            )
             for title in ("by_count", "by_time"):
                 print(f"\n{'calls/run':>9} {'own µs/run':>10}  function ({title})")
                 for calls, own, what in found[title]:  # type: ignore[attr-defined]
