@@ -5,9 +5,9 @@
 N trivial runs (one scripted answer, no tools) are enqueued into a fresh SQLite file, then
 one worker drains them with `rt.work(concurrency=C, burst=True)` under yappi (every thread,
 built-in functions included); the drain's calls divided by N are printed (all, and those
-of Python functions: a built-in's call is far cheaper), then the K
-functions called most per run and the K with the most own CPU time per run (yappi's CPU
-clock, which slows everything down: the times are shares, not costs). Like an instruction
+of Python functions: a built-in's call is far cheaper), then the K functions called most
+per run and the K with the most own CPU time per run (yappi's CPU clock, which slows
+everything down: the times are shares, not costs). Like an instruction
 count, the number of calls hardly moves with the machine's load: a change to the run path
 shows in it as a difference of calls (and which function made them). A few calls per run
 vary between drains (the slots' waits on the buffer and the completer's batches).
