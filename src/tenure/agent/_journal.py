@@ -19,7 +19,7 @@ from typing import Any
 from tenure import _json
 from tenure._types import Event, EventKind, RunRequest, Usage
 from tenure.providers._base import ModelReply, ToolCall
-from tenure.store._records import NO_USAGE
+from tenure.store._base import NO_USAGE
 
 
 @dataclass(frozen=True)
