@@ -314,8 +314,12 @@ def _complete(
 ) -> ModelReply:
     if not top:  # a Fallback member runs inside its chain's deadline
         return provider.complete(call)
-    with steps.step_deadline(timeout, f"model {call.request.model}"):
+    # `step_deadline` without its context object (every run's model step passes here).
+    steps.begin_step(timeout, f"model {call.request.model}")
+    try:
         return provider.complete(call)
+    finally:
+        steps.step = None
 
 
 def _settle(store: Store, model: str, reservation: str, refund: float) -> None:

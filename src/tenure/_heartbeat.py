@@ -145,6 +145,10 @@ class Heartbeat:
 
     def changed(self) -> None:
         """The slots in use changed: the row says so within `CHANGE_BEAT_SECONDS`."""
+        # A beat already pending covers this change without the lock: its timer clears the
+        # field before it reads the slots in use, so a change made before this look is seen.
+        if self._change_timer is not None:
+            return
         with self._change_lock:
             if self._change_timer is not None or self._closed.is_set():
                 return

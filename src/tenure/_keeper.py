@@ -81,7 +81,8 @@ class Keeper:
             if self._closed:
                 return
             self._kept[segment.lease.run_id] = segment
-            self._start()
+            if self._thread is None:
+                self._start()
             sooner = self._round is None or segment.lease_seconds * ROUND_OF_LEASE < self._round
         if sooner:
             self._wake.set()  # a shorter lease needs an earlier round
@@ -110,9 +111,10 @@ class Keeper:
                 self._beats.remove(beat)
 
     def release(self, segment: Kept) -> None:
+        run_id = segment.lease.run_id
         with self._lock:
-            if self._kept.get(segment.lease.run_id) is segment:
-                del self._kept[segment.lease.run_id]
+            if self._kept.get(run_id) is segment:
+                del self._kept[run_id]
 
     def close(self) -> None:
         with self._lock:

@@ -41,7 +41,7 @@ from tenure._types import (
 from tenure.agent import _functions, _human
 from tenure.agent._journal import Journal
 from tenure.agent._tools import Tool, Toolbox
-from tenure.providers._base import ModelCall, ModelReply, Provider, streams
+from tenure.providers._base import ModelCall, ModelReply, Provider, new_call, streams
 from tenure.store._base import Lease, NewEvent, Settlement, Store
 
 if TYPE_CHECKING:
@@ -235,6 +235,8 @@ class Segment:
             missing = []
         else:
             missing = [f"model {request.model!r}"]
+        if not request.tools:
+            return missing
         tools = self.engine.tools
         return missing + [f"tool {name!r}" for name in request.tools if tools.get(name) is None]
 
@@ -266,14 +268,14 @@ class Segment:
         provider = self.engine.models.get(request.model)
         if provider is None:
             raise ProviderError(FailureClass.CONFIGURATION, str(UnknownModel(request.model)))
-        tool_of = self._tool_of(request)
         if self.fence_call is not None:
-            settled = _indoubt.resolve(self.steps, tool_of, journal, self.fence_call)
+            settled = _indoubt.resolve(self.steps, self._tool_of(request), journal, self.fence_call)
             if settled is not None:
                 return self.result(settled)
         while True:
             if journal.pending:
-                suspended = self._tool_steps(request, journal, tool_of)
+                # `tool_of` is made only here (a run without tool calls needs none).
+                suspended = self._tool_steps(request, journal, self._tool_of(request))
                 if suspended is not None:
                     return suspended
             if journal.answers >= request.max_iterations:
@@ -308,10 +310,10 @@ class Segment:
         (no call needed to know it) or its tree's, on the ledger."""
         if _functions.over_budget(request, journal.usage):
             return None
-        call = ModelCall(
+        call = new_call(
             messages=list(journal.messages),
             tools=self.engine.tools.specs(request.tools),
-            run_id=self.run_id,
+            run_id=self.lease.run_id,
             attempt=self.lease.attempt,
             request=request,
             abort=self.steps.abort,
@@ -337,7 +339,8 @@ class Segment:
     def ask(self, provider: Provider, call: ModelCall) -> ModelReply:
         """The model step, on its run tree's budget when the run has one (SPEC §21): raises
         `BudgetSpent` when that is spent."""
-        if not _budget.has_budget(call.request):
+        request = call.request  # `_budget.has_budget`, inline: every model step asks it
+        if request.max_tokens is None and request.max_cost is None:
             return self._ask(provider, call)
         return _budget.spend(self, provider, call, lambda: self._ask(provider, call))
 

@@ -90,9 +90,9 @@ def _plain_types(r: RunRequest) -> bool:
         and type(r.queue) is str
         and type(r.max_iterations) is int
         and type(r.tools) is tuple
-        and all(type(t) is str for t in r.tools)
+        and (not r.tools or all(type(t) is str for t in r.tools))
         and type(r.metadata) is dict
-        and all(type(k) is str for k in r.metadata)
+        and (not r.metadata or all(type(k) is str for k in r.metadata))
         and (r.idempotency_key is None or type(r.idempotency_key) is str)
         and (r.system is None or type(r.system) is str)
         and (r.max_tokens is None or type(r.max_tokens) is int)

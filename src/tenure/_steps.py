@@ -96,7 +96,7 @@ class Steps:
     fence: ToolEffect | None = None
     fence_probe: bool = False
     written: list[int] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = NO_USAGE  # frozen: shared, and replaced by `+=`
     # Set when the run is no longer this segment's; aborts the step in flight.
     abort: threading.Event = field(default_factory=Abort)
     lost_cancelled: bool = False
@@ -156,6 +156,21 @@ class Steps:
         """A step in flight (`what`: "tool NAME", "model NAME"): the keeper renews the lease
         until `timeout` has passed."""
         return _StepDeadline(self, timeout, what)
+
+    def begin_step(self, timeout: float, what: str) -> None:
+        """`step_deadline`'s entry as plain code, for the model step every run makes: the
+        caller sets `step` back to None in its `finally`."""
+        # The frozen dataclass's fields filled directly (its `__init__` makes an
+        # `object.__setattr__` per field): the same object, at every run's model step.
+        step: StepInFlight = object.__new__(StepInFlight)
+        step.__dict__.update(
+            sequence=self.next_sequence(),
+            what=what,
+            timeout=timeout,
+            deadline=time.monotonic() + timeout,
+            fence=self.fence,
+        )
+        self.step = step
 
     # -- holding the run -------------------------------------------------------------------
 
@@ -372,10 +387,7 @@ class _StepDeadline:
         self._steps, self._timeout, self._what = steps, timeout, what
 
     def __enter__(self) -> None:
-        steps, timeout = self._steps, self._timeout
-        steps.step = StepInFlight(
-            steps.next_sequence(), self._what, timeout, time.monotonic() + timeout, steps.fence
-        )
+        self._steps.begin_step(self._timeout, self._what)
 
     def __exit__(self, *exc: object) -> None:
         self._steps.step = None

@@ -127,11 +127,15 @@ class Usage:
     cost: float = 0.0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cost + other.cost,
+        # Filled directly, not through the frozen dataclass's `__init__` (an
+        # `object.__setattr__` per field): every model step of every run adds one.
+        total: Usage = object.__new__(Usage)
+        total.__dict__.update(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cost=self.cost + other.cost,
         )
+        return total
 
     @property
     def total_tokens(self) -> int:

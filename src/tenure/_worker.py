@@ -76,7 +76,8 @@ class WorkerStats:
     reaped: int = 0
 
     def count(self, outcome: Outcome) -> None:
-        self.outcomes[str(outcome)] = self.outcomes.get(str(outcome), 0) + 1
+        key = str(outcome)
+        self.outcomes[key] = self.outcomes.get(key, 0) + 1
 
 
 class Worker:
@@ -268,10 +269,14 @@ class Worker:
 
     def _timed(self, seconds: float) -> None:
         with self._lock:
-            recent = self._segment_seconds
-            self._segment_seconds = (
-                seconds if recent is None else recent + SEGMENT_EWMA_WEIGHT * (seconds - recent)
-            )
+            self._time_locked(seconds)
+
+    def _time_locked(self, seconds: float) -> None:
+        """`_timed` for a caller that holds `_lock` already."""
+        recent = self._segment_seconds
+        self._segment_seconds = (
+            seconds if recent is None else recent + SEGMENT_EWMA_WEIGHT * (seconds - recent)
+        )
 
     def _next(self) -> tuple[Claimed, float] | None:
         """The next buffered entry; a slot that finds the buffer empty first commits the
@@ -370,7 +375,8 @@ class Worker:
         while (item := self._take()) is not None:
             ended_here = not self._execute(item)
             with self._lock:
-                if item.lease in self._abandoned:
+                # (An empty set is looked at first: hashing a Lease is a Python call.)
+                if self._abandoned and item.lease in self._abandoned:
                     # A new slot took this one's place while its step hung: end the thread.
                     self._abandoned.discard(item.lease)
                     return
@@ -404,12 +410,14 @@ class Worker:
         try:
             started = time.monotonic()
             result = segment.execute_until_end()
-            self._timed(time.monotonic() - started)
+            seconds = time.monotonic() - started
             if not isinstance(result, Ending):
+                self._timed(seconds)
                 self._count(segment, result.outcome)
                 return False
-            with self._lock:
-                self._active.pop(segment.run_id, None)
+            with self._lock:  # one acquisition for both (every run passes here)
+                self._time_locked(seconds)
+                self._active.pop(item.lease.run_id, None)
             self.heartbeat.changed()
             if self._completer.submit(segment, result.settlement):
                 return True

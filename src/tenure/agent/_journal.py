@@ -19,6 +19,7 @@ from typing import Any
 from tenure import _json
 from tenure._types import Event, EventKind, RunRequest, Usage
 from tenure.providers._base import ModelReply, ToolCall
+from tenure.store._base import NO_USAGE
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def tool_message(call_id: str, result: Any, error: str | None) -> dict[str, Any]
 class Journal:
     messages: list[dict[str, Any]]
     answers: int = 0
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = NO_USAGE  # frozen: shared, and replaced by `+=`
     pending: list[PendingCall] = field(default_factory=list)
     # A person's decisions, by the sequence of the model turn they decided.
     approvals: dict[int, dict[str, Any]] = field(default_factory=dict)

@@ -506,4 +506,6 @@ class Toolbox:
                 raise UnknownTool(name)
 
     def specs(self, names: Iterable[str]) -> list[ToolSpec]:
+        if not names:  # a run without tools (an empty tuple, usually)
+            return []
         return [self._tools[n].spec for n in names if n in self._tools]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable
@@ -113,6 +114,23 @@ class ModelCall:
     # and the options its code passed (`ctx.model(..., temperature=0)`).
     turn: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+
+
+_CALL_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(ModelCall) if f.default is not dataclasses.MISSING
+}
+
+
+def new_call(**values: Any) -> ModelCall:
+    """`ModelCall(**values)` without the frozen dataclass's `__init__` (an
+    `object.__setattr__` per field, eleven of them, at every model step of every run): the
+    same object, its defaults and a fresh `options` dict as the constructor gives."""
+    call: ModelCall = object.__new__(ModelCall)
+    fields = call.__dict__
+    fields.update(_CALL_DEFAULTS)
+    fields["options"] = {}
+    fields.update(values)
+    return call
 
 
 class Provider(Protocol):

@@ -76,7 +76,9 @@ def parse_script(script: Any) -> list[Turn]:
 
 
 def _estimate(call: ModelCall, text: str) -> Usage:
-    prompt_chars = sum(len(str(m.get("content") or "")) for m in call.messages)
+    prompt_chars = 0
+    for m in call.messages:  # a loop, not a generator: one frame fewer per message
+        prompt_chars += len(str(m.get("content") or ""))
     return Usage(input_tokens=prompt_chars // 4 + 1, output_tokens=len(text) // 4 + 1)
 
 
@@ -103,8 +105,9 @@ class Scripted:
             if call.turn is not None
             else sum(1 for m in call.messages if m.get("role") == "assistant")
         )
-        call_kind, fail_kind, say_kind, sleep_kind = _kinds()
-        for turn in self._turns_before_answer(turns, answered):
+        kinds = _kinds()
+        call_kind, fail_kind, say_kind, sleep_kind = kinds
+        for turn in self._turns_before_answer(turns, answered, kinds):
             if isinstance(turn, sleep_kind):
                 _sleep(turn.sleep, call.abort)
             elif isinstance(turn, fail_kind) and (
@@ -116,16 +119,20 @@ class Scripted:
                     retry_after=turn.retry_after,
                 )
             elif isinstance(turn, (say_kind, call_kind)):
-                return self._reply(call, turn, answered)
+                return self._reply(call, turn, answered, call_kind)
         raise ProviderError(
             FailureClass.CONFIGURATION,
             f"Scripted model: the script has no answer left after {answered} answers",
         )
 
     @staticmethod
-    def _turns_before_answer(turns: list[Turn], answered: int) -> list[Turn]:
+    def _turns_before_answer(
+        turns: list[Turn],
+        answered: int,
+        kinds: tuple[type[_Call], type[_Fail], type[_Say], type[_Sleep]],
+    ) -> list[Turn]:
         """The turns from just after answer number `answered - 1` through the next answer."""
-        call_kind, _, say_kind, _ = _kinds()
+        call_kind, _, say_kind, _ = kinds
         seen = 0
         start = 0
         for index, turn in enumerate(turns):
@@ -137,8 +144,10 @@ class Scripted:
         return turns[start:]
 
     @staticmethod
-    def _reply(call: ModelCall, turn: _Say | _Call, answered: int) -> ModelReply:
-        if not isinstance(turn, _kinds()[0]):
+    def _reply(
+        call: ModelCall, turn: _Say | _Call, answered: int, call_kind: type[_Call]
+    ) -> ModelReply:
+        if not isinstance(turn, call_kind):
             say = cast("_Say", turn)
             usage = Usage(**say.usage.model_dump()) if say.usage else _estimate(call, say.say)
             return ModelReply(text=say.say, usage=usage, model="scripted")
