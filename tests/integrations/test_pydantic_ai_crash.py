@@ -23,11 +23,12 @@ SCENARIO = {
 }
 # Its steps: model, lookup, model, refund, model. Killed inside the write (before it ran,
 # and after it ran but before its event: its probe finds it in the ledger), and after the
-# last model request (every step replayed, none repeated).
+# refund's event (every step replayed, none repeated; the last model answer is recorded
+# with the run's end, so there is no point after it).
 POINTS = [
     "write-before refund@3",
     "write-after refund@3",
-    "step 6 (model default@4)",
+    "step 5 (step refund@3)",
 ]
 
 
