@@ -318,6 +318,26 @@ def child(*argv: Any, timeout: float = CHILD_TIMEOUT_SECONDS) -> dict[str, Any]:
     return result
 
 
+def checkout_child(
+    script: str, src: Path, *argv: Any, timeout: float = CHILD_TIMEOUT_SECONDS
+) -> dict[str, Any]:
+    """Run `script ARGV…` with the checkout `src` first on its path (the code measured, as
+    `--against` names it) and return the JSON object it prints last."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(BENCH)])}
+    done = subprocess.run(
+        [sys.executable, script, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=timeout,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"child failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
 def repeat(times: int, once: Callable[[], float]) -> Series:
     series = Series()
     for _ in range(times):

@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -47,8 +45,6 @@ import tenure
 from tenure import EventKind, RunRequest, RunStatus
 from tenure.audit import audit
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 SAY = [{"say": "ok"}]
 
 
@@ -170,19 +166,7 @@ def child_main(url: str, kind: str, size: int, concurrency: int) -> None:
 
 
 def run_child(src: Path, url: str, kind: str, args: argparse.Namespace) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(HERE)])}
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", url, kind, str(args.size), str(args.concurrency)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=_common.CHILD_TIMEOUT_SECONDS,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"child failed:\n{done.stderr[-3000:]}")
-    result: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
-    return result
+    return _common.checkout_child(__file__, src, "--child", url, kind, args.size, args.concurrency)
 
 
 def measure(

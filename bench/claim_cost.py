@@ -19,8 +19,6 @@ column compares with the last DIR's claim of a backlog without keys.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,8 +26,6 @@ from typing import Any
 
 import _common as c
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 BATCH = 5000
 
 
@@ -67,13 +63,7 @@ def child_main(url: str, size: int, claims: int, keyed: bool) -> None:
 
 
 def run_child(src: Path, url: str, size: int, claims: int, keyed: bool) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(HERE)])}
-    args = [sys.executable, __file__, "--child", url, str(size), str(claims), str(int(keyed))]
-    done = subprocess.run(args, capture_output=True, text=True, env=env, check=False, timeout=900)
-    if done.returncode != 0:
-        raise RuntimeError(f"child failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
-    return result
+    return c.checkout_child(__file__, src, "--child", url, size, claims, int(keyed))
 
 
 def has_keys(src: Path) -> bool:

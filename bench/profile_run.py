@@ -21,9 +21,7 @@ one's, with this checkout's drain over DIR's as the ratio.
 from __future__ import annotations
 
 import json
-import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,8 +29,6 @@ from typing import Any
 
 import _common as c
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 # Each stage's function, by its names across versions (the first one found counts).
 STAGES = {
     "claim + settle": [("_completer.py", "Completer._commit"), ("_worker.py", "Worker._commit")],
@@ -106,19 +102,9 @@ def _since(url: str, before: float | None) -> float | None:
 
 
 def run_child(src: Path, url: str, n: int, concurrency: int, profiled: bool) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(HERE)])}
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", url, str(n), str(concurrency), str(int(profiled))],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=600,
+    return c.checkout_child(
+        __file__, src, "--child", url, n, concurrency, int(profiled), timeout=600
     )
-    if done.returncode != 0:
-        raise RuntimeError(f"child failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
-    return result
 
 
 def main() -> None:

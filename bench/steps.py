@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -259,7 +257,6 @@ def replay_seconds(url: str, steps: int, runs: int) -> tuple[tuple[float, float]
 
 
 WALL, CPU = 0, 1
-HERE = Path(__file__).resolve().parent
 TARGET = 1.1  # an agent function's step at most this many times the loop's
 
 
@@ -292,19 +289,7 @@ def drain_child(url: str, kind: str, runs: int) -> None:
 
 
 def drained_in(src: Path, url: str, kind: str, runs: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(HERE)])}
-    done = subprocess.run(
-        [sys.executable, __file__, "--drain-child", url, kind, str(runs)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=900,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"child failed:\n{done.stderr[-3000:]}")
-    measured: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
-    return measured
+    return c.checkout_child(__file__, src, "--drain-child", url, kind, runs)
 
 
 Measured = dict[tuple[str, str, str], c.Series]
