@@ -75,7 +75,10 @@ def test_requests_per_minute_allow_a_tenth_at_once_then_refill_evenly(make_fake:
     answered, refused = hammer(client, 2.0)
 
     elapsed = time.monotonic() - started
-    assert 12 + 2 * elapsed - 2 <= answered <= 12 + 2 * elapsed + 1
+    # Asked for 2.0 s: a request still in flight then (a slow one on a loaded machine) ends
+    # the hammer later, but nothing asks in that tail, so the refill counted below is the
+    # asking window's, and above it the whole time's.
+    assert 12 + 2 * min(elapsed, 2.0) - 2 <= answered <= 12 + 2 * elapsed + 1
     assert refused
     first = refused[0]
     assert first.status_code == 429
