@@ -90,3 +90,28 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "
     while not predicate():
         assert time.monotonic() < deadline, f"not reached in {timeout}s: {what}"
         time.sleep(0.02)
+
+
+def kill_then_resume(
+    db_url: str,
+    ledger: Path,
+    lease: float,
+    reached: Callable[[], bool],
+    what: str,
+    ended: Callable[[], bool],
+    after_kill: Callable[[], None] = lambda: None,
+) -> None:
+    """A worker (concurrency 1) runs until `reached`, is killed with SIGKILL, `after_kill`
+    runs, and a second worker takes over; returns once `ended` (the run is terminal)."""
+    victim = spawn(db_url, ledger, "--concurrency", "1", lease=lease)
+    survivor = None
+    try:
+        wait_for(reached, 20, what)
+        victim.kill()
+        after_kill()
+        survivor = spawn(db_url, ledger, "--concurrency", "1", lease=lease)
+        wait_for(ended, 30, "the run ended")
+    finally:
+        victim.stop()
+        if survivor is not None:
+            survivor.stop()

@@ -13,7 +13,7 @@ from tenure import EventKind, RunRequest, RunStatus
 from tenure.audit import audit
 
 from ..apps import make_app
-from ._workers import spawn, wait_for
+from ._workers import kill_then_resume
 
 LEASE = 1.0
 USAGE = {"input_tokens": 7, "output_tokens": 3}
@@ -35,19 +35,20 @@ def test_sigkill_while_an_answer_is_held_asks_the_model_again_once(
             max_tokens=1000,  # a budget: the call goes through the tree's ledger
         )
     )
-    victim = spawn(db_url, ledger, "--concurrency", "1", lease=LEASE)
-    survivor = None
-    try:
-        wait_for(lambda: marks.exists() and "answered" in marks.read_text(), 20, "the answer")
-        victim.kill()
+
+    def nothing_recorded() -> None:
         # Nothing of the answer was recorded: it was held for the run's end.
         assert [e.kind for e in rt.events(run_id) if e.kind is EventKind.LLM] == []
-        survivor = spawn(db_url, ledger, "--concurrency", "1", lease=LEASE)
-        wait_for(lambda: rt.status(run_id).status.is_terminal, 30, "the run ended")  # type: ignore[union-attr]
-    finally:
-        victim.stop()
-        if survivor is not None:
-            survivor.stop()
+
+    kill_then_resume(
+        db_url,
+        ledger,
+        LEASE,
+        lambda: marks.exists() and "answered" in marks.read_text(),
+        "the answer",
+        ended=lambda: rt.status(run_id).status.is_terminal,  # type: ignore[union-attr]
+        after_kill=nothing_recorded,
+    )
     run = rt.status(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED, run
     assert run.output == '"forty-two"'

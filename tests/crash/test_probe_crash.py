@@ -13,7 +13,7 @@ from tenure import EventKind, RunRequest, RunStatus
 from tenure.audit import audit, read_ledger
 
 from ..apps import make_app
-from ._workers import spawn, wait_for
+from ._workers import kill_then_resume, spawn, wait_for
 
 LEASE = 1.0
 pytestmark = pytest.mark.slow
@@ -44,21 +44,19 @@ def test_sigkill_inside_a_probed_write_is_resolved_by_its_probe(
     # not_done: the worker is killed while the payment waits for its gate.
     args = {"amount": 9, "hold": 30.0} if paid_before_the_kill else {"amount": 9, "gate": str(gate)}
     run_id = rt.enqueue(_payment(args))
-    victim = spawn(db_url, ledger, "--concurrency", "1", lease=LEASE)
-    survivor = None
-    try:
-        if paid_before_the_kill:
-            wait_for(lambda: len(read_ledger(ledger)) == 1, 20, "the payment")
-        else:
-            wait_for(lambda: any("started" in m for m in _marks(ledger)), 20, "the write")
-        victim.kill()
-        gate.touch()  # the retried write, if any, goes through at once
-        survivor = spawn(db_url, ledger, "--concurrency", "1", lease=LEASE)
-        wait_for(lambda: rt.status(run_id).status.is_terminal, 30, "the run ended")  # type: ignore[union-attr]
-    finally:
-        victim.stop()
-        if survivor is not None:
-            survivor.stop()
+    if paid_before_the_kill:
+        reached, what = (lambda: len(read_ledger(ledger)) == 1), "the payment"
+    else:
+        reached, what = (lambda: any("started" in m for m in _marks(ledger))), "the write"
+    kill_then_resume(
+        db_url,
+        ledger,
+        LEASE,
+        reached,
+        what,
+        ended=lambda: rt.status(run_id).status.is_terminal,  # type: ignore[union-attr]
+        after_kill=gate.touch,  # the retried write, if any, goes through at once
+    )
     run = rt.status(run_id)
     assert run is not None and run.status is RunStatus.COMPLETED, run
     entries = read_ledger(ledger)
