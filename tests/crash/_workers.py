@@ -73,6 +73,11 @@ def spawn(
         str(lease),
         *extra,
     ]
+    return start(command, log, env)
+
+
+def start(command: Sequence[str], log: Path, env: dict[str, str] | None = None) -> WorkerProcess:
+    """`command` in a process of its own at the repository's root, its stderr in `log`."""
     with log.open("w") as err:
         proc = subprocess.Popen(
             command,

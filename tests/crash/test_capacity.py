@@ -5,8 +5,6 @@ database server's restart."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,23 +17,13 @@ from tenure import Limits, RunStatus
 from ..fakes._app import Latency
 from ..fakes.capacity_app import make_app, request
 from ..fakes.openai_service import ServiceProcess
-from ._workers import ROOT, WorkerProcess, wait_for
+from ._workers import WorkerProcess, start, wait_for
 
 POLICY = "tests.fakes.capacity_app:three_calls"
 
 
 def spawn(db_url: str, base_url: str, log: Path, *args: str) -> WorkerProcess:
-    command = [sys.executable, "-m", "tests.fakes.capacity_app", db_url, base_url, *args]
-    with log.open("w") as err:
-        proc = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-    return WorkerProcess(proc, log)
+    return start([sys.executable, "-m", "tests.fakes.capacity_app", db_url, base_url, *args], log)
 
 
 def finished(rt: tenure.Runtime, ids: list[str]) -> bool:
