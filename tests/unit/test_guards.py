@@ -38,7 +38,11 @@ GUARD_COLUMNS = {
     "queue",
     "deadline_token",
 }
-_WHERE = re.compile(r"\bWHERE\b(.*?)(?=\bRETURNING\b|\bORDER BY\b|\bLIMIT\b|$)", re.S | re.I)
+# A clause ends where a statement's next part begins: a row lock (PostgreSQL's statements
+# that end a run lock its parent first, in a CTE before the UPDATE) is one.
+_WHERE = re.compile(
+    r"\bWHERE\b(.*?)(?=\bRETURNING\b|\bORDER BY\b|\bLIMIT\b|\bFOR UPDATE\b|$)", re.S | re.I
+)
 _PARAM = re.compile(r":(\w+)|%\((\w+)\)s|'\$\.(\w+)'|\bb\.(\w+)")
 _CAST = re.compile(r"::\w+(\[\])?")
 _LITERAL = re.compile(r"'([a-z_]+)'")
@@ -50,8 +54,9 @@ _TIMED = re.compile(r"\b(\w+)\s*(<=|>=|<>|<|>)\s*(?:\{now\}|statement_timestamp\
 # Names that are parameters on one dialect and columns of the batch record on the other.
 _BATCH_FIELDS = {"owner", "token", "fence"}
 # Parameters one dialect's statement has on purpose: PostgreSQL's step commits on its own,
-# and its nonce tells a retry of a step that committed unseen (the lease guard is the same).
-_ONE_DIALECT = {"record_step": {"nonce"}}
+# and its nonce tells a retry of a step that committed unseen (the lease guard is the same);
+# its settle locks the parents of the runs it settles first, found by the runs' ids.
+_ONE_DIALECT = {"record_step": {"nonce"}, "settle_batch": {"ids"}}
 
 
 def _guard(sql: str) -> tuple[set[str], set[str], set[str], set[tuple[str, str]]]:
