@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from tenure._types import RunStatus, TerminationReason
-from tenure.store import Claimed, Store, open_store
+from tenure.store import Claimed, Lease, Store, open_store
 
 from .helpers import SHORT_LEASE, completed, expire, new_run, stale_for
 from .test_tree_cancel_races import _child_of, in_thread, sequences_whole, until, waiting_on
@@ -184,3 +184,26 @@ def _holding_the_parent(
         assert not ending.is_alive()
     assert "raised" not in outcome, outcome.get("raised")
     assert outcome["result"] is True
+
+
+def test_a_claim_tells_whether_the_run_has_a_parent(store: Store) -> None:
+    """A batch of runs without parents settles without locking any (`settle_batch`): the
+    claim says which runs have none. A lease built elsewhere does not know, and is taken as
+    having one (`settle_batch_parents_first`, the safe order)."""
+    lone = new_run()
+    store.enqueue_many([lone])
+    child = _child_of(lone.run_id, 0)
+    store.enqueue_many([child])
+    claimed = {c.lease.run_id: c.lease for c in store.claim("worker:0", None, 30, 5)}
+    assert set(claimed) == {lone.run_id, child.run_id}
+    assert claimed[lone.run_id].has_parent is False
+    assert claimed[child.run_id].has_parent is True
+    # Not part of the lease's identity: the same lease, however it was built.
+    rebuilt = Lease(
+        lone.run_id, "worker:0", claimed[lone.run_id].token, claimed[lone.run_id].attempt
+    )
+    assert rebuilt.has_parent is True and rebuilt == claimed[lone.run_id]
+    # Both settle under their leases, each by its own statement (the child's locks its
+    # parent first).
+    assert store.settle(claimed[child.run_id], completed("child's answer")) is not None
+    assert store.settle(claimed[lone.run_id], completed("parent's answer")) is not None
