@@ -38,7 +38,11 @@ GUARD_COLUMNS = {
     "queue",
     "deadline_token",
 }
-_WHERE = re.compile(r"\bWHERE\b(.*?)(?=\bRETURNING\b|\bORDER BY\b|\bLIMIT\b|$)", re.S | re.I)
+# A clause ends where a statement's next part begins: a row lock (PostgreSQL's statements
+# that end a run lock its parent first, in a CTE before the UPDATE) is one.
+_WHERE = re.compile(
+    r"\bWHERE\b(.*?)(?=\bRETURNING\b|\bORDER BY\b|\bLIMIT\b|\bFOR UPDATE\b|$)", re.S | re.I
+)
 _PARAM = re.compile(r":(\w+)|%\((\w+)\)s|'\$\.(\w+)'|\bb\.(\w+)")
 _CAST = re.compile(r"::\w+(\[\])?")
 _LITERAL = re.compile(r"'([a-z_]+)'")
@@ -163,6 +167,8 @@ _LIVE = re.compile(r"\blease_expires\s*>=\s*\{now\}")
 
 # SQLite settles each run of a batch on its own (`settle_one`, `settle_batch`'s guard).
 SQLITE_ONLY_WRITES = {"settle_one"}
+# PostgreSQL settles a batch that may hold a child with its parents locked first.
+POSTGRES_ONLY_WRITES = {"settle_batch_parents_first"}
 
 
 def _owner_guards(sql: str) -> int:
@@ -184,7 +190,7 @@ def _unexpired(sql: str) -> bool:
 def test_every_write_under_a_lease_refuses_it_once_expired(dialect: str) -> None:
     queries = _sql.queries(dialect)
     by_owner = {name for name, sql in queries.items() if _owner_guards(sql)}
-    writes = OWNER_WRITES | (SQLITE_ONLY_WRITES if dialect == "sqlite" else set())
+    writes = OWNER_WRITES | (SQLITE_ONLY_WRITES if dialect == "sqlite" else POSTGRES_ONLY_WRITES)
     # A statement guarded by an owner that is not listed here must be looked at (and listed).
     assert by_owner == writes | OWNER_READS | OWNER_SAME_TRANSACTION
     unguarded = sorted(name for name in writes if not _unexpired(queries[name]))
@@ -207,3 +213,14 @@ def test_sqlites_settle_of_one_run_has_the_batchs_guard() -> None:
     one, batch = _guard(queries["settle_one"]), _guard(queries["settle_batch"])
     assert one[0] == batch[0] and one[1] == batch[1] and one[3] == batch[3]
     assert one[2] == batch[2] | _BATCH_FIELDS | {"id"}
+
+
+def test_postgres_settle_with_parents_first_has_the_settles_guard() -> None:
+    """A batch that may hold a child is settled by `settle_batch_parents_first`: the guard of
+    `settle_batch` (compared with SQLite's above), and the runs' ids to lock parents by."""
+    first, batch = (
+        _guard(_postgres("settle_batch_parents_first")),
+        _guard(_postgres("settle_batch")),
+    )
+    assert first[0] == batch[0] and first[1] == batch[1] and first[3] == batch[3]
+    assert first[2] == batch[2] | {"ids"}

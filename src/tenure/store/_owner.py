@@ -400,7 +400,12 @@ class OwnerTransitions(SQLBase):
             # not a finite number needs the full encoding.
             finite = all(math.isfinite(params["cost"]) for params in batch)
             text = dumps_finite(batch) if finite else dumps(batch)
-            rows = cur.execute(self._q["settle_batch"], {"batch": text}).fetchall()
+            if any(lease.has_parent for lease, _, _ in work):
+                ids = [params["id"] for params in batch]  # whose parents it locks first
+                args = {"batch": text, "ids": ids}
+                rows = cur.execute(self._q["settle_batch_parents_first"], args).fetchall()
+            else:
+                rows = cur.execute(self._q["settle_batch"], {"batch": text}).fetchall()
         self._after_settle()
         last = {(run_id, int(token)): int(sequence) for run_id, token, sequence in rows}
         out: list[list[int] | None] = []

@@ -32,6 +32,10 @@ class Lease:
     owner: str
     token: int
     attempt: int
+    # Whether the run may have a parent: its claim says when it has none, and then its
+    # settle on PostgreSQL need not lock a parent first (`settle_batch_parents_first`).
+    # Unknown is taken as yes. Not part of the lease's identity.
+    has_parent: bool = field(default=True, compare=False)
 
 
 @dataclass(frozen=True)

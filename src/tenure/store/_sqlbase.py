@@ -27,6 +27,8 @@ T = TypeVar("T")
 # id, lease_token, attempt, request, requeue_count, last_sequence, decision, fence_call; a
 # claim's rows go on with concurrency_key and priority.
 ClaimRow = tuple[Any, ...]
+# In a claim's row (`_claim_returning`), past its first eight columns: whether it has a parent.
+CLAIM_HAS_PARENT = 4
 
 
 class Cursor(Protocol):
@@ -222,13 +224,15 @@ class SQLBase(ABC):
         out = []
         pending: list[dict[str, Any]] = [] if events is None else events
         worker = dumps(owner)  # every claimed event's text is written here: one encoding
-        for run_id, token, attempt, request, requeue_count, last, decision, fence, *_ in rows:
+        for run_id, token, attempt, request, requeue_count, last, decision, fence, *rest in rows:
             token, attempt = int(token), int(attempt)
             payload = {"worker": owner, "lease_token": token, "attempt": attempt}
             text = f'{{"worker":{worker},"lease_token":{token},"attempt":{attempt}}}'
             event = NewEvent(EventKind.CLAIMED, payload, text)
             _event_rows(pending, run_id, last, attempt, token, [*before, event])
-            lease = Lease(run_id, owner, token, attempt)
+            # The claims' last column says whether the run has a parent (`_claim_returning`).
+            has_parent = bool(rest[CLAIM_HAS_PARENT]) if len(rest) > CLAIM_HAS_PARENT else True
+            lease = Lease(run_id, owner, token, attempt, has_parent)
             out.append(Claimed(lease, request, requeue_count, decision, fence, last))
         if events is None:
             self._insert_events(cur, pending)

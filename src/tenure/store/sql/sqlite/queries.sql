@@ -73,7 +73,8 @@ RETURNING id, lease_token, attempt, request, requeue_count, last_sequence, decis
           fence_call, concurrency_key, priority, available_at,
           concurrency_key IS NOT NULL
           AND EXISTS (SELECT 1 FROM tenure_concurrency_limits l
-                       WHERE l.key = tenure_runs.concurrency_key)
+                       WHERE l.key = tenure_runs.concurrency_key),
+          parent_id IS NOT NULL
 
 -- name: _key_has_room
 -- A run whose concurrency key has a limit is claimable while fewer than that many runs of
