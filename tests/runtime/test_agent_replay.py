@@ -303,3 +303,63 @@ def test_a_step_refused_once_is_refused_again_and_a_replayed_step_runs_once(
     assert len(refusals) == 2 and refusals[0] == refusals[1]
     assert "unknown effect 'sometimes'" in refusals[0]
     assert values == [0, 1, 4] and ran == [0, 1, 2]
+
+
+def _second_segment(rt: tenure.Runtime, run_id: str) -> tenure.RunResult:
+    for _ in range(50):  # the backoff of a millisecond
+        second = rt.run_queued(run_id)
+        if second is not None:
+            return second
+        time.sleep(0.01)
+    raise AssertionError("the run was not claimed again")
+
+
+@pytest.mark.parametrize("cleared", ["every step", "the second step"])
+def test_steps_recorded_without_their_replay_form_replay_as_before(
+    make_runtime: MakeRuntime, db_url: str, cleared: str
+) -> None:
+    """A journal written before the replay form (its steps have none) or partly so replays
+    from the payloads: the same results, the same recorded error, nothing run again."""
+    ran: list[str] = []
+    rt = _order_app(make_runtime, ran, {})
+    run_id = rt.enqueue(RunRequest(agent="orders", input={}))
+    first = rt.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    read = rt.store.replay_journal(run_id)
+    assert read is not None and read.steps[0::4] == [0, 1]  # both steps have their form
+    sql = "UPDATE tenure_events SET replay = NULL WHERE run_id = ? AND replay LIKE ?"
+    pattern = "%" if cleared == "every step" else "1,%"
+    assert raw_execute(db_url, sql, run_id, pattern) == (2 if cleared == "every step" else 1)
+    second = _second_segment(rt, run_id)
+    assert second.outcome is Outcome.COMPLETED, second
+    assert ran == ["lookup:A", "lookup:missing", "charge:A"]
+    found, missing, charged = json.loads(second.output or "")
+    assert found == {"order": "A", "lines": [1, 2], "total": 12.5}
+    assert missing == "KeyError: 'missing'" and charged == "charged"
+
+
+def test_a_position_recorded_twice_replays_its_first_event(
+    make_runtime: MakeRuntime, db_url: str
+) -> None:
+    """Two events at one position (written behind tenure's back: each with its replay form)
+    cannot be told apart by position: the journal is then read whole, and the first of them
+    is the one replayed, as before the replay form."""
+    ran: list[str] = []
+    rt = _order_app(make_runtime, ran, {})
+    run_id = rt.enqueue(RunRequest(agent="orders", input={}))
+    first = rt.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    [recorded] = [e for e in rt.events(run_id) if e.payload.get("position") == 0]
+    payload = {**recorded.payload, "result": "the second"}
+    form = f'0,"tool:{payload["digest"]}:lookup","the second",null'
+    copy = (
+        "INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload,"
+        " replay, created_at) SELECT run_id, sequence + 1000, attempt, lease_token, kind, ?,"
+        " ?, created_at FROM tenure_events WHERE run_id = ? AND sequence = ?"
+    )
+    assert raw_execute(db_url, copy, json.dumps(payload), form, run_id, recorded.sequence) == 1
+    second = _second_segment(rt, run_id)
+    assert second.outcome is Outcome.COMPLETED, second
+    found, _, _ = json.loads(second.output or "")
+    assert found == {"order": "A", "lines": [1, 2], "total": 12.5}
+    assert ran == ["lookup:A", "lookup:missing", "charge:A"]

@@ -88,7 +88,12 @@ def replay_form(kind: EventKind, payload_text: str) -> str | None:
     replay from the payload would. None for every other event."""
     if kind is not EventKind.TOOL and kind is not EventKind.STEP:
         return None
-    p = orjson.loads(payload_text)
+    try:
+        p = orjson.loads(payload_text)
+    except orjson.JSONDecodeError:  # what orjson does not read: replayed from the payload
+        return None
+    if type(p) is not dict:
+        return None
     step, position, name, digest = p.get("step"), p.get("position"), p.get("name"), p.get("digest")
     if (
         (step != "tool" and step != "step")
