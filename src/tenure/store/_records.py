@@ -88,6 +88,8 @@ def replay_form(kind: EventKind, payload_text: str) -> str | None:
     replay from the payload would. None for every other event."""
     if kind is not EventKind.TOOL and kind is not EventKind.STEP:
         return None
+    if '"digest"' not in payload_text:
+        return None  # the built-in loop's tool events: not decoded for nothing
     try:
         p = orjson.loads(payload_text)
     except orjson.JSONDecodeError:  # what orjson does not read: replayed from the payload
@@ -101,7 +103,7 @@ def replay_form(kind: EventKind, payload_text: str) -> str | None:
         or type(name) is not str
         or type(digest) is not str
     ):
-        return None  # the built-in loop's tool events, and anything else
+        return None  # a value step (`ctx.now`, `ctx.uuid`, ...), and anything else
     values = (position, f"{step}:{digest}:{name}", p.get("result"), p.get("error"))
     return orjson.dumps(values).decode()[1:-1]
 
