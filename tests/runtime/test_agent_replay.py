@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -363,3 +364,53 @@ def test_a_position_recorded_twice_replays_its_first_event(
     found, _, _ = json.loads(second.output or "")
     assert found == {"order": "A", "lines": [1, 2], "total": 12.5}
     assert ran == ["lookup:A", "lookup:missing", "charge:A"]
+
+
+def _python_calls(fn: Callable[[], object], times: int) -> int:
+    """How many Python functions `times` calls of `fn` call, `fn` included (this thread)."""
+    counter = [0]
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event == "call":
+            counter[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        for _ in range(times):
+            fn()
+    finally:
+        sys.setprofile(None)
+    return counter[0]
+
+
+def test_a_replayed_tool_step_is_one_python_call(make_runtime: MakeRuntime) -> None:
+    """What a replay costs, counted rather than timed (a count does not move with the
+    machine's load): past a tool's first step in a segment, a replayed `ctx.tool` step is
+    checked and returned inside `ctx.tool` itself, with no further Python call; with
+    arguments, their digest is the one call besides."""
+    rt = make_runtime(backoff_base=0.001, backoff_cap=0.001)
+    calls: dict[int, tuple[int, int]] = {}
+
+    @rt.tool
+    def read(n: int = 0) -> int:
+        """A read."""
+        return n
+
+    @rt.agent
+    def reads(ctx: tenure.AgentContext) -> int:
+        ctx.tool("read")  # a tool's first step in a segment looks the tool up
+        plain = _python_calls(lambda: ctx.tool("read"), 40)
+        with_arguments = _python_calls(lambda: ctx.tool("read", n=7), 40)
+        calls[ctx.attempt] = (plain, with_arguments)
+        if ctx.attempt == 0:
+            raise tenure.RetryableError("again", failure_class=tenure.FailureClass.SERVER_ERROR)
+        return 1
+
+    run_id = rt.enqueue(RunRequest(agent="reads", input={}))
+    first = rt.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    second = _second_segment(rt, run_id)
+    assert second.outcome is Outcome.COMPLETED, second
+    # Each step is the lambda and `ctx.tool`; with arguments, and `digest`.
+    assert calls[1] == (40 * 2, 40 * 3), calls
+    assert min(calls[0]) > 40 * 10, calls  # the same steps executed, for scale
