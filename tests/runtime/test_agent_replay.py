@@ -315,12 +315,13 @@ def _second_segment(rt: tenure.Runtime, run_id: str) -> tenure.RunResult:
     raise AssertionError("the run was not claimed again")
 
 
-@pytest.mark.parametrize("cleared", ["every step", "the second step"])
+@pytest.mark.parametrize("cleared", ["every step", "the second step", "damaged"])
 def test_steps_recorded_without_their_replay_form_replay_as_before(
     make_runtime: MakeRuntime, db_url: str, cleared: str
 ) -> None:
-    """A journal written before the replay form (its steps have none) or partly so replays
-    from the payloads: the same results, the same recorded error, nothing run again."""
+    """A journal written before the replay form (its steps have none) or partly so, or whose
+    form was damaged behind tenure's back, replays from the payloads: the same results, the
+    same recorded error, nothing run again."""
     ran: list[str] = []
     rt = _order_app(make_runtime, ran, {})
     run_id = rt.enqueue(RunRequest(agent="orders", input={}))
@@ -328,9 +329,10 @@ def test_steps_recorded_without_their_replay_form_replay_as_before(
     assert first is not None and first.outcome is Outcome.REQUEUED
     read = rt.store.replay_journal(run_id)
     assert read is not None and read.steps[0::4] == [0, 1]  # both steps have their form
-    sql = "UPDATE tenure_events SET replay = NULL WHERE run_id = ? AND replay LIKE ?"
+    sql = "UPDATE tenure_events SET replay = ? WHERE run_id = ? AND replay LIKE ?"
+    form = '1,"tool:x:lookup"' if cleared == "damaged" else None  # two values of four
     pattern = "%" if cleared == "every step" else "1,%"
-    assert raw_execute(db_url, sql, run_id, pattern) == (2 if cleared == "every step" else 1)
+    assert raw_execute(db_url, sql, form, run_id, pattern) == (2 if cleared == "every step" else 1)
     second = _second_segment(rt, run_id)
     assert second.outcome is Outcome.COMPLETED, second
     assert ran == ["lookup:A", "lookup:missing", "charge:A"]

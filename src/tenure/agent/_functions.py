@@ -229,6 +229,8 @@ class StepLog:
             if (
                 len(at) != len(positions)
                 or set(map(type, positions)) != {int}
+                or set(map(type, flat[1::4])) != {str}
+                or not set(map(type, flat[3::4])) <= {str, type(None)}
                 or not at.keys().isdisjoint(log.raw)
             ):
                 return None
