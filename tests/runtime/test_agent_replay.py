@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -303,3 +304,115 @@ def test_a_step_refused_once_is_refused_again_and_a_replayed_step_runs_once(
     assert len(refusals) == 2 and refusals[0] == refusals[1]
     assert "unknown effect 'sometimes'" in refusals[0]
     assert values == [0, 1, 4] and ran == [0, 1, 2]
+
+
+def _second_segment(rt: tenure.Runtime, run_id: str) -> tenure.RunResult:
+    for _ in range(50):  # the backoff of a millisecond
+        second = rt.run_queued(run_id)
+        if second is not None:
+            return second
+        time.sleep(0.01)
+    raise AssertionError("the run was not claimed again")
+
+
+@pytest.mark.parametrize("cleared", ["every step", "the second step", "damaged"])
+def test_steps_recorded_without_their_replay_form_replay_as_before(
+    make_runtime: MakeRuntime, db_url: str, cleared: str
+) -> None:
+    """A journal written before the replay form (its steps have none) or partly so, or whose
+    form was damaged behind tenure's back, replays from the payloads: the same results, the
+    same recorded error, nothing run again."""
+    ran: list[str] = []
+    rt = _order_app(make_runtime, ran, {})
+    run_id = rt.enqueue(RunRequest(agent="orders", input={}))
+    first = rt.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    read = rt.store.replay_journal(run_id)
+    assert read is not None and read.steps[0::4] == [0, 1]  # both steps have their form
+    sql = "UPDATE tenure_events SET replay = ? WHERE run_id = ? AND replay LIKE ?"
+    form = '1,"tool:x:lookup"' if cleared == "damaged" else None  # two values of four
+    pattern = "%" if cleared == "every step" else "1,%"
+    assert raw_execute(db_url, sql, form, run_id, pattern) == (2 if cleared == "every step" else 1)
+    second = _second_segment(rt, run_id)
+    assert second.outcome is Outcome.COMPLETED, second
+    assert ran == ["lookup:A", "lookup:missing", "charge:A"]
+    found, missing, charged = json.loads(second.output or "")
+    assert found == {"order": "A", "lines": [1, 2], "total": 12.5}
+    assert missing == "KeyError: 'missing'" and charged == "charged"
+
+
+def test_a_position_recorded_twice_replays_its_first_event(
+    make_runtime: MakeRuntime, db_url: str
+) -> None:
+    """Two events at one position (written behind tenure's back: each with its replay form)
+    cannot be told apart by position: the journal is then read whole, and the first of them
+    is the one replayed, as before the replay form."""
+    ran: list[str] = []
+    rt = _order_app(make_runtime, ran, {})
+    run_id = rt.enqueue(RunRequest(agent="orders", input={}))
+    first = rt.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    [recorded] = [e for e in rt.events(run_id) if e.payload.get("position") == 0]
+    payload = {**recorded.payload, "result": "the second"}
+    form = f'0,"tool:{payload["digest"]}:lookup","the second",null'
+    copy = (
+        "INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload,"
+        " replay, created_at) SELECT run_id, sequence + 1000, attempt, lease_token, kind, ?,"
+        " ?, created_at FROM tenure_events WHERE run_id = ? AND sequence = ?"
+    )
+    assert raw_execute(db_url, copy, json.dumps(payload), form, run_id, recorded.sequence) == 1
+    second = _second_segment(rt, run_id)
+    assert second.outcome is Outcome.COMPLETED, second
+    found, _, _ = json.loads(second.output or "")
+    assert found == {"order": "A", "lines": [1, 2], "total": 12.5}
+    assert ran == ["lookup:A", "lookup:missing", "charge:A"]
+
+
+def _python_calls(fn: Callable[[], object], times: int) -> int:
+    """How many Python functions `times` calls of `fn` call, `fn` included (this thread)."""
+    counter = [0]
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event == "call":
+            counter[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        for _ in range(times):
+            fn()
+    finally:
+        sys.setprofile(None)
+    return counter[0]
+
+
+def test_a_replayed_tool_step_is_one_python_call(make_runtime: MakeRuntime) -> None:
+    """What a replay costs, counted rather than timed (a count does not move with the
+    machine's load): past a tool's first step in a segment, a replayed `ctx.tool` step is
+    checked and returned inside `ctx.tool` itself, with no further Python call; with
+    arguments, their digest is the one call besides."""
+    rt = make_runtime(backoff_base=0.001, backoff_cap=0.001)
+    calls: dict[int, tuple[int, int]] = {}
+
+    @rt.tool
+    def read(n: int = 0) -> int:
+        """A read."""
+        return n
+
+    @rt.agent
+    def reads(ctx: tenure.AgentContext) -> int:
+        ctx.tool("read")  # a tool's first step in a segment looks the tool up
+        plain = _python_calls(lambda: ctx.tool("read"), 40)
+        with_arguments = _python_calls(lambda: ctx.tool("read", n=7), 40)
+        calls[ctx.attempt] = (plain, with_arguments)
+        if ctx.attempt == 0:
+            raise tenure.RetryableError("again", failure_class=tenure.FailureClass.SERVER_ERROR)
+        return 1
+
+    run_id = rt.enqueue(RunRequest(agent="reads", input={}))
+    first = rt.run_queued(run_id)
+    assert first is not None and first.outcome is Outcome.REQUEUED
+    second = _second_segment(rt, run_id)
+    assert second.outcome is Outcome.COMPLETED, second
+    # Each step is the lambda and `ctx.tool`; with arguments, and `digest`.
+    assert calls[1] == (40 * 2, 40 * 3), calls
+    assert min(calls[0]) > 40 * 10, calls  # the same steps executed, for scale

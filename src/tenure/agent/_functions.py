@@ -60,7 +60,7 @@ from tenure.agent import _human
 from tenure.agent._journal import tool_message
 from tenure.agent._tools import InvalidArguments, Tool, _check_name, _field, parse_docstring
 from tenure.providers._base import ModelCall, ModelReply, ToolCall, ToolSpec
-from tenure.store._base import NO_USAGE, ChildState, NewEvent, NewRun, Settlement
+from tenure.store._base import NO_USAGE, ChildState, NewEvent, NewRun, ReplayJournal, Settlement
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -183,6 +183,11 @@ class StepLog:
     approvals: dict[int, dict[str, Any]] = field(default_factory=dict)
     inputs: dict[int, dict[str, Any]] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
+    # The steps read in their replay form (`Store.replay_journal`), flat: position,
+    # "step:digest:name", result, error for each; `at` maps a position to the index of its
+    # "step:digest:name". A position is in `raw` or in `at`, never both.
+    flat: list[Any] = field(default_factory=list)
+    at: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def rebuild(cls, events: Iterable[tuple[str, dict[str, Any]]]) -> StepLog:
@@ -210,19 +215,53 @@ class StepLog:
                 raw[position] = event
         return log
 
+    @classmethod
+    def from_replay(cls, journal: ReplayJournal) -> StepLog | None:
+        """From a journal read in replay form; None when its steps do not give each position
+        exactly one event (a position recorded twice, or a form that is not one): the
+        caller then rebuilds from the whole journal, where the first event of a position
+        is the one replayed."""
+        log = cls.rebuild(journal.others)
+        flat = journal.steps
+        if flat:
+            positions = flat[0::4]
+            at = dict(zip(positions, range(1, len(flat), 4), strict=True))
+            if (
+                len(at) != len(positions)
+                or set(map(type, positions)) != {int}
+                or set(map(type, flat[1::4])) != {str}
+                or not set(map(type, flat[3::4])) <= {str, type(None)}
+                or not at.keys().isdisjoint(log.raw)
+            ):
+                return None
+            log.flat, log.at = flat, at
+        return log
+
     def recorded(self, position: int) -> Recorded | None:
         """The step recorded at `position`, if any."""
         found = self.raw.get(position)
-        return None if found is None else _recorded(*found)
+        if found is not None:
+            return _recorded(*found)
+        i = self.at.get(position)
+        return None if i is None else _from_form(position, self.flat, i)
 
     @property
     def steps(self) -> dict[int, Recorded]:
         """Every recorded step by position."""
-        return {position: _recorded(*found) for position, found in self.raw.items()}
+        found = {position: _recorded(*found) for position, found in self.raw.items()}
+        for position, i in self.at.items():
+            found[position] = _from_form(position, self.flat, i)
+        return found
 
     @property
     def last(self) -> int:
-        return max(self.raw, default=-1)
+        return max(max(self.raw, default=-1), max(self.at, default=-1))
+
+    def first_from(self, position: int) -> int | None:
+        """The first recorded position at or after `position`."""
+        if self.last < position:
+            return None
+        return min(p for p in (*self.raw, *self.at) if p >= position)
 
 
 def _recorded(kind: str, p: dict[str, Any]) -> Recorded:
@@ -235,6 +274,21 @@ def _recorded(kind: str, p: dict[str, Any]) -> Recorded:
         d if type(d) is str else str(d),
         p,
     )
+
+
+def _from_form(position: int, flat: list[Any], i: int) -> Recorded:
+    """A step read in its replay form, as `_recorded` gives a step read from its payload."""
+    step, _, rest = str(flat[i]).partition(":")
+    d, _, name = rest.partition(":")
+    payload = {
+        "position": position,
+        "step": step,
+        "name": name,
+        "digest": d,
+        "result": flat[i + 1],
+        "error": flat[i + 2],
+    }
+    return Recorded(position, step, name, d, payload)
 
 
 # The kinds of event a step log notes besides their steps.
@@ -271,6 +325,10 @@ def digest(value: Any) -> str:
             _json.json_safe(value), sort_keys=True, default=str, separators=(",", ":")
         ).encode()
     return _short_hash(text) if len(text) <= _MEMO_TEXT else _hash(text)
+
+
+# `digest({})`: the arguments of a tool called without any, compared at every replayed step.
+_NO_TOOL_ARGUMENTS = _hash(b"{}")
 
 
 class TranscriptDigest:
@@ -347,6 +405,10 @@ class AgentContext:
         self._request = request
         self._log = log
         self._raw = log.raw  # the recorded steps, read at every replayed tool step
+        self._flat, self._at = log.flat, log.at  # the same, in their replay form
+        # Per tool name looked up in this segment: the "step:digest:name" of its call
+        # without arguments, as the replay form has it.
+        self._tool_keys: dict[str, str] = {}
         self._agent = agent
         self._position = 0
         self._model_turns = 0
@@ -465,6 +527,13 @@ class AgentContext:
     def _as_recorded(self, step: str, name: str, args_digest: str) -> dict[str, Any] | None:
         """The payload recorded at the next position if it is exactly this step (which then
         takes the position), else None: `_next` then says how it differs, or runs it."""
+        i = self._at.get(self._position)
+        if i is not None:
+            flat = self._flat
+            if self._doubt is None and flat[i] == f"{step}:{args_digest}:{name}":
+                self._position += 1
+                return {"result": flat[i + 1], "error": flat[i + 2]}
+            return None
         found = self._raw.get(self._position)
         if found is None or self._doubt is not None:
             return None
@@ -586,7 +655,23 @@ class AgentContext:
     def tool(self, name: str, /, **args: Any) -> Any:
         """A registered tool with its effect, fence, probe, timeout, approval and the
         idempotency key `RUN_ID:POSITION`; a tool that raises raises `tenure.ToolFailed`."""
-        found = self._raw.get(self._position)
+        position = self._position
+        i = self._at.get(position)
+        if i is not None and self._doubt is None:
+            # A replay's step, read from its replay form: the position (the index), then the
+            # kind, name and argument digest in one compare, and the result returned (or
+            # the error raised again) as the long way does. Before the tool's first lookup
+            # in this segment, or if anything differs, the long way goes on.
+            key = self._tool_keys.get(name)
+            if key is not None:
+                flat = self._flat
+                if flat[i] == (key if not args else f"tool:{digest(args)}:{name}"):
+                    self._position = position + 1
+                    error = flat[i + 2]
+                    if error is not None:
+                        raise ToolFailed(name, str(error))
+                    return flat[i + 1]
+        found = self._raw.get(position)
         if found is not None and self._doubt is None and name in self._tools:
             # A replay's step, read straight from its payload: what `_fenced` returns for it
             # (a recorded tool step asks no person again). Anything else — another step, or
@@ -611,6 +696,7 @@ class AgentContext:
                 tool,
                 _human.needs_approval(tool, engine.settings.approve_writes),
             )
+            self._tool_keys[name] = f"tool:{_NO_TOOL_ARGUMENTS}:{name}"
         return self._fenced(known[0], "tool", args, known[1])
 
     def step(
@@ -1278,15 +1364,26 @@ def over_budget(request: RunRequest, usage: Usage) -> bool:
 # -- the driver ----------------------------------------------------------------------------
 
 
-def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunResult | Ending:
-    """One segment of an agent function's run: the function called from the top, its
-    recorded steps replayed, then executed on until it returns or the segment ends."""
+def _step_log(segment: Segment) -> StepLog:
+    """The run's recorded steps: its journal read in replay form, or read whole when it
+    cannot be read so (events written by an older version need not: their steps simply
+    have no replay form)."""
     # A run's first segment has no steps to replay: its only events are its request and,
     # for a queued run, its claim. (The attempt does not tell: a segment handed back
     # unstarted does not count one.)
-    first = segment.last_sequence <= 1 and segment.fence_call is None
-    events = [] if first else segment.store.journal(segment.run_id)
-    log = StepLog.rebuild(events)
+    if segment.last_sequence <= 1 and segment.fence_call is None:
+        return StepLog.rebuild([])
+    read = segment.store.replay_journal(segment.run_id)
+    log = None if read is None else StepLog.from_replay(read)
+    if log is None:
+        log = StepLog.rebuild(segment.store.journal(segment.run_id))
+    return log
+
+
+def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunResult | Ending:
+    """One segment of an agent function's run: the function called from the top, its
+    recorded steps replayed, then executed on until it returns or the segment ends."""
+    log = _step_log(segment)
     context = AgentContext(segment, request, log, agent)
     try:
         kwargs = agent.bind(request.input or {})
@@ -1315,9 +1412,10 @@ def drive(segment: Segment, request: RunRequest, agent: AgentFunction) -> RunRes
         ) from exc
     context._check_doubt()  # a write in doubt whose exception the function caught
     segment.steps.check_held()
-    left = [p for p in sorted(log.raw) if p >= context._position]
-    if left:
-        step = _recorded(*log.raw[left[0]])
+    left = log.first_from(context._position)
+    if left is not None:
+        step = log.recorded(left)
+        assert step is not None
         raise Nondeterministic(step.position, step.describe(), "nothing: it returned")
     fenced = context._fence_call
     if fenced is not None:  # returned before the step of the write in doubt

@@ -38,6 +38,7 @@ from tenure.store._records import (
     NewFork,
     NewRun,
     PausedQueue,
+    ReplayJournal,
     Settlement,
     StaleRun,
     WorkerInfo,
@@ -64,6 +65,7 @@ __all__ = [
     "NewFork",
     "NewRun",
     "PausedQueue",
+    "ReplayJournal",
     "Settlement",
     "StaleRun",
     "Store",
@@ -265,6 +267,12 @@ class Store(Protocol):
         """A run's events as (kind, payload), in order: what a replay reads (SPEC §20),
         without the rest of each row. A payload that cannot be decoded is
         `{"_damaged": why}`."""
+        ...
+
+    def replay_journal(self, run_id: str) -> ReplayJournal | None:
+        """The journal as a replay reads it: the steps that have a replay form as one flat
+        list, the other events as `journal` gives them. None when it cannot be read so (a
+        text that is not JSON): `journal` then reads it event by event."""
         ...
 
     def last_event(self, run_id: str) -> Event | None:

@@ -15,7 +15,7 @@ from tenure._types import (
     TerminationReason,
     ToolEffect,
 )
-from tenure.store._records import ForkState
+from tenure.store._records import ForkState, ReplayJournal
 from tenure.store._rows import event_from_row, run_from_row
 from tenure.store._sqlbase import SQLBase
 
@@ -68,6 +68,26 @@ class Reads(SQLBase):
             (str(kind), _journal_payload(payload))
             for kind, payload in self._read(self._q["journal"], {"id": run_id})
         ]
+
+    def replay_journal(self, run_id: str) -> ReplayJournal | None:
+        rows = self._read(self._q["replay_journal"], {"id": run_id})
+        steps, others = rows[0] if rows else (None, None)
+        try:
+            flat = orjson.loads(steps) if steps is not None else []
+            rest = orjson.loads(others) if others is not None else []
+        except orjson.JSONDecodeError:
+            return None
+        if type(flat) is not list or len(flat) % 4:
+            return None
+        try:
+            order = [sequence for sequence, _, _ in rest]
+            events = [(str(kind), payload) for _, kind, payload in rest]
+        except (TypeError, ValueError):
+            return None
+        # Every payload tenure writes is one JSON object: anything else is left to `journal`.
+        if order != sorted(order) or any(type(p) is not dict for _, p in events):
+            return None
+        return ReplayJournal(flat, events)
 
     def last_event(self, run_id: str) -> Event | None:
         rows = self._read(self._q["last_event"], {"id": run_id})

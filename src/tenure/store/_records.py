@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from tenure._limits import Limits
 from tenure._types import (
     EventKind,
@@ -70,6 +72,44 @@ class NewEvent:
     # The payload already encoded as JSON, when its writer had to encode it anyway (an
     # enqueue stores the request's text in the run row too): the store writes it as it is.
     text: str | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class ReplayJournal:
+    """A run's journal as a replay reads it (`Store.replay_journal`)."""
+
+    # The replay forms of its tool and step-function steps, in order, flat: four values a
+    # step (position, "step:digest:name", result, error), no object per step.
+    steps: list[Any]
+    # Every other event, in order, as (kind, payload).
+    others: list[tuple[str, dict[str, Any]]]
+
+
+def replay_form(kind: EventKind, payload_text: str) -> str | None:
+    """The replay form of an agent function's tool or step-function event (SPEC §20,
+    `tenure_events.replay`): `position,"step:digest:name",result,error` — four JSON values
+    read back from the payload's own text, so that a replay from it returns exactly what a
+    replay from the payload would. None for every other event."""
+    if kind is not EventKind.TOOL and kind is not EventKind.STEP:
+        return None
+    if '"digest"' not in payload_text:
+        return None  # the built-in loop's tool events: not decoded for nothing
+    try:
+        p = orjson.loads(payload_text)
+    except orjson.JSONDecodeError:  # what orjson does not read: replayed from the payload
+        return None
+    if type(p) is not dict:
+        return None
+    step, position, name, digest = p.get("step"), p.get("position"), p.get("name"), p.get("digest")
+    if (
+        (step != "tool" and step != "step")
+        or type(position) is not int
+        or type(name) is not str
+        or type(digest) is not str
+    ):
+        return None  # a value step (`ctx.now`, `ctx.uuid`, ...), and anything else
+    values = (position, f"{step}:{digest}:{name}", p.get("result"), p.get("error"))
+    return orjson.dumps(values).decode()[1:-1]
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from tenure._types import (
     EventKind,
 )
 from tenure.store._base import Claimed, Lease, NewEvent
+from tenure.store._records import replay_form
 
 T = TypeVar("T")
 # id, lease_token, attempt, request, requeue_count, last_sequence, decision, fence_call; a
@@ -98,17 +99,19 @@ def _event_rows(
 ) -> list[int]:
     """Add the rows of `events`, which end at sequence `last`, to `rows`; their sequences."""
     first = last - len(events) + 1
-    rows.extend(
-        {
-            "run_id": run_id,
-            "sequence": first + i,
-            "attempt": attempt,
-            "lease_token": token,
-            "kind": str(e.kind),
-            "payload": dumps(e.payload) if e.text is None else e.text,
-        }
-        for i, e in enumerate(events)
-    )
+    for i, e in enumerate(events):
+        text = dumps(e.payload) if e.text is None else e.text
+        rows.append(
+            {
+                "run_id": run_id,
+                "sequence": first + i,
+                "attempt": attempt,
+                "lease_token": token,
+                "kind": str(e.kind),
+                "payload": text,
+                "replay": replay_form(e.kind, text),
+            }
+        )
     return list(range(first, last + 1))
 
 

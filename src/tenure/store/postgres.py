@@ -73,6 +73,7 @@ from tenure.store._pg_conn import (
 )
 from tenure.store._pg_deltas import NotifyFeed, channel
 from tenure.store._pg_listen import Listener
+from tenure.store._records import replay_form
 from tenure.store._rows import aware
 from tenure.store._sqlbase import _event_rows
 
@@ -386,8 +387,14 @@ class PostgresStore(SQLStore):
             "cost": usage.cost,
             "events": dumps(
                 [
-                    {"i": i, "kind": str(e.kind), "payload": dumps(e.payload)}
+                    {
+                        "i": i,
+                        "kind": str(e.kind),
+                        "payload": text,
+                        "replay": replay_form(e.kind, text),
+                    }
                     for i, e in enumerate(events)
+                    for text in (dumps(e.payload),)
                 ]
             ),
         }

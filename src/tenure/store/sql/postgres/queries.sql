@@ -98,19 +98,22 @@ VALUES (%(id)s, %(queue)s, 'running', %(request)s, %(idempotency_key)s, %(owner)
         {now}, {now}, {now});
 
 -- name: insert_event
-INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
-VALUES (%(run_id)s, %(sequence)s, %(attempt)s, %(lease_token)s, %(kind)s, %(payload)s, {now});
+INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, replay,
+                           created_at)
+VALUES (%(run_id)s, %(sequence)s, %(attempt)s, %(lease_token)s, %(kind)s, %(payload)s,
+        %(replay)s, {now});
 
 -- name: insert_events
 -- The events of one transaction (%(events)s: a JSON array of the rows insert_event takes, the
 -- payload as JSON text) in one statement: one execution on the server instead of one per
 -- event, and one parameter to send (a claim and a settle of a batch of short runs write
 -- three events a run).
-INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
-SELECT e.run_id, e.sequence, e.attempt, e.lease_token, e.kind, e.payload::json, {now}
+INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, replay,
+                           created_at)
+SELECT e.run_id, e.sequence, e.attempt, e.lease_token, e.kind, e.payload::json, e.replay, {now}
   FROM json_to_recordset(%(events)s::json) AS e(run_id text, sequence integer,
                                                 attempt integer, lease_token bigint,
-                                                kind text, payload text);
+                                                kind text, payload text, replay text);
 
 -- name: _claim_set
 -- What a claim does to each run it takes: the claim of the oldest runs and the claim of one
@@ -254,11 +257,11 @@ WITH moved AS (
     RETURNING last_sequence
 ), added AS (
     INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload,
-                               created_at)
+                               replay, created_at)
     SELECT %(id)s, moved.last_sequence - %(n)s + 1 + e.i, %(attempt)s, %(token)s, e.kind,
-           e.payload::json, {now}
+           e.payload::json, e.replay, {now}
       FROM moved, json_to_recordset(%(events)s::json) AS e(i integer, kind text,
-                                                           payload text)
+                                                           payload text, replay text)
 ), held AS (
     SELECT last_sequence, step_nonce FROM tenure_runs
      WHERE id = %(id)s AND status = 'running' AND claimed_by = %(owner)s
@@ -548,8 +551,9 @@ RETURNING id, pg_notify('tenure_runs', queue);
 -- name: fork_events
 -- The fork's journal: the original's events before the sequence it was forked at, as they
 -- were recorded (attempt, token, time), in the same transaction as the fork's row.
-INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
-SELECT %(fork_id)s, sequence, attempt, lease_token, kind, payload, created_at
+INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, replay,
+                           created_at)
+SELECT %(fork_id)s, sequence, attempt, lease_token, kind, payload, replay, created_at
   FROM tenure_events
  WHERE run_id = %(id)s AND sequence < %(at)s;
 
@@ -599,6 +603,19 @@ SELECT kind, payload
 SELECT '[' || string_agg(payload::text, ',' ORDER BY sequence) || ']',
        string_agg(kind, ',' ORDER BY sequence),
        string_agg(sequence::text, ',' ORDER BY sequence)
+  FROM tenure_events
+ WHERE run_id = %(id)s;
+
+-- name: replay_journal
+-- What a replay reads (SPEC §20), as two texts: the replay forms of the steps that have one,
+-- as one flat JSON array (four values a step), and every other event as
+-- `[sequence, kind, payload]` in a second array. Only the short form of a step is read
+-- and decoded; the positions in the first are checked by the reader.
+SELECT '[' || string_agg(replay, ',' ORDER BY sequence) || ']',
+       '[' || string_agg(CASE WHEN replay IS NULL
+                              THEN '[' || sequence || ',' || to_json(kind)::text || ','
+                                   || payload::text || ']' END,
+                         ',' ORDER BY sequence) || ']'
   FROM tenure_events
  WHERE run_id = %(id)s;
 

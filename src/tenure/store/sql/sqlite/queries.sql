@@ -48,16 +48,18 @@ VALUES (:id, :queue, 'running', :request, :idempotency_key, :owner,
         {now} + :lease, 1, {now}, :last_sequence, {now}, {now}, {now});
 
 -- name: insert_event
-INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
-VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, {now});
+INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, replay,
+                           created_at)
+VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, :replay, {now});
 
 -- name: insert_events
 -- `insert_event` for several rows in one statement: the store writes the row of VALUES once
 -- per event and binds the values by position, in the order the row names them. One
 -- statement, not one per row: each execution of an insert sets up the program of its
 -- trigger (`tenure_deltas_answered`) anew; the rows of one statement share it.
-INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
-VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, {now});
+INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, replay,
+                           created_at)
+VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, :replay, {now});
 
 -- name: _claim_set
 -- What a claim does to each run it takes: the claim of the oldest runs and the claim of one
@@ -432,8 +434,9 @@ SELECT :fork_id, queue, 'queued', :request, {now}, :at, :fence, :fence_probe, :f
 -- name: fork_events
 -- The fork's journal: the original's events before the sequence it was forked at, as they
 -- were recorded (attempt, token, time), in the same transaction as the fork's row.
-INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, created_at)
-SELECT :fork_id, sequence, attempt, lease_token, kind, payload, created_at
+INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, replay,
+                           created_at)
+SELECT :fork_id, sequence, attempt, lease_token, kind, payload, replay, created_at
   FROM tenure_events
  WHERE run_id = :id AND sequence < :at;
 
@@ -483,6 +486,18 @@ SELECT '[' || group_concat(payload, ',') || ']', group_concat(kind, ','),
        group_concat(sequence, ',')
   FROM (SELECT payload, kind, sequence FROM tenure_events
          WHERE run_id = :id ORDER BY sequence);
+
+-- name: replay_journal
+-- What a replay reads (SPEC §20), as two texts: the replay forms of the steps that have one,
+-- as one flat JSON array (four values a step), and every other event as
+-- `[sequence, kind, payload]` in a second array. Only the short form of a step is read
+-- and decoded. Both follow the ordered subquery's order (an aggregate's subquery with
+-- ORDER BY is not flattened); the positions in the first are checked by the reader.
+SELECT '[' || group_concat(step, ',') || ']', '[' || group_concat(other, ',') || ']'
+  FROM (SELECT replay AS step,
+               iif(replay IS NULL, '[' || sequence || ',"' || kind || '",' || payload || ']',
+                   NULL) AS other
+          FROM tenure_events WHERE run_id = :id ORDER BY sequence);
 
 -- name: last_event
 -- A run's latest event: a running run's step in flight is the one after it.
