@@ -22,8 +22,11 @@ class Streaming(SQLBase):
             for piece in pieces
         ]
 
+        marks = [{"id": run_id} for run_id in dict.fromkeys(p.lease.run_id for p in pieces)]
+
         def tx(cur: Cursor) -> None:
             cur.executemany(self._q["publish_delta"], rows)
+            cur.executemany(self._q["mark_streamed"], marks)
 
         if rows:
             self._write(tx)

@@ -1,0 +1,89 @@
+-- A run with no parent, no child and no stream runs no trigger program when its status
+-- changes (issue 31). SQLite evaluates a trigger's WHEN inside the trigger's own program,
+-- whose frame it allocates and zeroes at each execution of the statement that fires it:
+-- the four `AFTER UPDATE OF status` triggers (0015's deltas trigger, 0019's wake-up and
+-- revival, 0022's end of children) cost a trivial run four programs at its claim and four
+-- at its settle, each WHEN false or its body finding nothing. They become one trigger,
+-- whose WHEN lets through only a run that has a parent, has had a child or has streamed;
+-- each former trigger's condition moves into the WHERE of its statements.
+--
+-- `streamed` says that deltas of the run may exist: the store sets it in the transaction
+-- that publishes the run's deltas (query mark_streamed), once, and never clears it. Runs
+-- that hold deltas already get it here.
+ALTER TABLE tenure_runs ADD COLUMN streamed INTEGER NOT NULL DEFAULT 0;
+UPDATE tenure_runs SET streamed = 1
+ WHERE EXISTS (SELECT 1 FROM tenure_deltas AS d WHERE d.run_id = tenure_runs.id);
+
+DROP TRIGGER tenure_deltas_left_running;
+DROP TRIGGER tenure_runs_wake_parent;
+DROP TRIGGER tenure_runs_revived;
+DROP TRIGGER tenure_runs_end_children;
+
+-- The statements run in the order the four triggers fired (SQLite fires the trigger made
+-- last first): the end of the run's children (0022), the revival of a child (0019), the
+-- wake-up of the parent (0019), the deltas (0015). The first two are exclusive of the
+-- third by their conditions; the children are cancelled before the parent is looked at,
+-- as before.
+CREATE TRIGGER tenure_runs_status_gate AFTER UPDATE OF status ON tenure_runs
+WHEN NEW.parent_id IS NOT NULL OR NEW.has_children OR NEW.streamed
+BEGIN
+    -- A run that ends, however it ends, takes its children still going with it: they are
+    -- cancelled, each with a `cancelled` event naming the parent, in the same transaction.
+    -- Their own children follow through this same trigger (the store turns recursive
+    -- triggers on).
+    INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload,
+                               created_at)
+    SELECT id, last_sequence + 1, attempt, lease_token, 'cancelled',
+           json_object('by', 'parent', 'parent_id', NEW.id),
+           ((julianday('now') - 2440587.5) * 86400.0)
+      FROM tenure_runs
+     WHERE NEW.has_children
+       AND (NEW.status = 'completed' OR NEW.status = 'failed' OR NEW.status = 'cancelled')
+       AND NOT (OLD.status = 'completed' OR OLD.status = 'failed' OR OLD.status = 'cancelled')
+       AND parent_id = NEW.id
+       AND NOT (status = 'completed' OR status = 'failed' OR status = 'cancelled');
+    UPDATE tenure_runs
+       SET status = 'cancelled', termination_reason = 'cancelled', claimed_by = '',
+           lease_expires = NULL, request = NULL, waiting = NULL, decision = NULL,
+           wait_deadline = NULL, last_sequence = last_sequence + 1,
+           finished_at = ((julianday('now') - 2440587.5) * 86400.0),
+           updated_at = ((julianday('now') - 2440587.5) * 86400.0)
+     WHERE NEW.has_children
+       AND (NEW.status = 'completed' OR NEW.status = 'failed' OR NEW.status = 'cancelled')
+       AND NOT (OLD.status = 'completed' OR OLD.status = 'failed' OR OLD.status = 'cancelled')
+       AND parent_id = NEW.id
+       AND NOT (status = 'completed' OR status = 'failed' OR status = 'cancelled');
+
+    -- A child that goes on again after it ended (a redrive) may be one its waiting parent
+    -- does not wait for: the parent then no longer waits for every child still going.
+    UPDATE tenure_runs SET waits_for_all = 0
+     WHERE NEW.parent_id IS NOT NULL
+       AND (OLD.status = 'completed' OR OLD.status = 'failed' OR OLD.status = 'cancelled')
+       AND NOT (NEW.status = 'completed' OR NEW.status = 'failed' OR NEW.status = 'cancelled')
+       AND id = NEW.parent_id AND waits_for_all;
+
+    -- A child that becomes terminal wakes its parent in the same transaction if the parent
+    -- waits for children and every child it waits for is now terminal (SQLite runs one
+    -- writer at a time: the parent's own write that sets it waiting re-checks its children
+    -- under the same lock).
+    UPDATE tenure_runs
+       SET status = 'queued', waiting = NULL,
+           available_at = ((julianday('now') - 2440587.5) * 86400.0),
+           updated_at = ((julianday('now') - 2440587.5) * 86400.0)
+     WHERE NEW.parent_id IS NOT NULL
+       AND (NEW.status = 'completed' OR NEW.status = 'failed' OR NEW.status = 'cancelled')
+       AND NOT (OLD.status = 'completed' OR OLD.status = 'failed' OR OLD.status = 'cancelled')
+       AND id = NEW.parent_id AND status = 'waiting_for_children'
+       AND NOT EXISTS (
+           SELECT 1 FROM tenure_runs AS c
+            WHERE c.parent_id = NEW.parent_id AND c.parent_id IS NOT NULL
+              AND NOT (c.status = 'completed' OR c.status = 'failed'
+                       OR c.status = 'cancelled')
+              AND CASE WHEN tenure_runs.waits_for_all THEN 1
+                       ELSE instr(tenure_runs.waiting, '"' || c.id || '"') > 0 END);
+
+    -- A run out of `running` (settled, requeued, reaped, released, held for a person or its
+    -- children, cancelled) has no call in flight: its deltas go (SPEC §18).
+    DELETE FROM tenure_deltas
+     WHERE NEW.streamed AND NEW.status <> 'running' AND run_id = NEW.id;
+END;
