@@ -137,6 +137,24 @@ def test_a_streamed_run_leaving_running_loses_its_deltas_whatever_takes_it_out(
     assert _deltas(store, run.run_id) == 0
 
 
+def test_a_run_streaming_again_in_a_later_attempt_still_loses_its_deltas(
+    sqlite_store: SQLiteStore,
+) -> None:
+    # The store marks a run `streamed` at its first publication only; the mark outlives the
+    # attempt that made it.
+    store = sqlite_store
+    run = new_run()
+    store.enqueue(run)
+    first = _claim(store, run.run_id)
+    _publish(store, first)
+    assert store.requeue(first, 0.0, FailureClass.TIMEOUT, "slow")
+    assert _deltas(store, run.run_id) == 0
+    second = _claim(store, run.run_id)
+    _publish(store, second)
+    assert store.settle(second, completed()) is not None
+    assert _deltas(store, run.run_id) == 0
+
+
 def test_a_child_that_streamed_and_waits_for_its_own_children_loses_its_deltas(
     sqlite_store: SQLiteStore,
 ) -> None:

@@ -974,13 +974,13 @@ SELECT 1 FROM tenure_runs
 -- SPEC §21: the owner's agent function waits for children (:children, a JSON array; also
 -- in :waiting, what the row shows and its children's trigger reads): no lease
 -- and no slot while it waits. Only while one of them is not terminal yet: the child that
--- settles last wakes the parent (trigger tenure_runs_status_gate) in its own transaction,
+-- settles last wakes the parent (triggers of 0023) in its own transaction,
 -- and a child that settled before this write leaves the parent running, so that it goes
 -- on at once; never a parent asleep with nothing left to wake it. (SQLite has one writer at
 -- a time: the children read here cannot change before this commits.) An interactive run
 -- stores its request now, so that any worker can continue it.
 -- `waits_for_all`: no child of the run still going is left out of :children (a child that
--- goes on again later clears it, trigger tenure_runs_status_gate), so that a child's end can
+-- goes on again later clears it, triggers of 0023), so that a child's end can
 -- tell by the index alone whether it was the last (0019).
 UPDATE tenure_runs
    SET status = 'waiting_for_children', claimed_by = '', lease_expires = NULL,
