@@ -22,7 +22,10 @@ DROP TRIGGER tenure_runs_end_children;
 -- whole body and zeroes it at every status change, WHEN false or not, so a body holding the
 -- statements below (which update tenure_runs and its indexes) cost a trivial run as much as
 -- the four triggers did. The statements live in a trigger on a view instead, whose program
--- is set up only when the gate's INSERT runs. The view never holds a row.
+-- is set up only when the gate's INSERT runs. The view never holds a row. The price: a
+-- run's end now nests two triggers per generation of its tree where it nested one, and
+-- SQLite allows 1,000, so one transaction ends a chain of at most 500 nested runs (was
+-- 1,000).
 CREATE VIEW tenure_status_changes AS
 SELECT NULL AS id, NULL AS parent_id, NULL AS has_children, NULL AS streamed,
        NULL AS old_status, NULL AS status;
