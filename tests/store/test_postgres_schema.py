@@ -27,6 +27,14 @@ SQLITE_ONLY = {
     # The last sequence of a run `settle_one` settled: SQLite's settle has no RETURNING (its
     # rows would go through a temporary table at every execution).
     "settled_sequence",
+    # A run's first delta publication marks it `streamed` (schema 24), so that its status
+    # changes run the one status trigger that clears its deltas: SQLite sets up a trigger's
+    # program whatever its WHEN; PostgreSQL tests a WHEN before it calls anything.
+    "mark_streamed",
+}
+# SQLite's own columns, with why PostgreSQL has none.
+SQLITE_ONLY_COLUMNS = {
+    "tenure_runs": {"streamed"},  # set by `mark_streamed`, above
 }
 
 
@@ -41,7 +49,11 @@ def test_migrated_tables_have_the_same_columns(pg_url: str, tmp_path: Path) -> N
     lite.close()
     with sqlite3.connect(tmp_path / "schema.db") as conn:
         sqlite_columns = {
-            table: sorted(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
+            table: sorted(
+                row[1]
+                for row in conn.execute(f"PRAGMA table_info({table})")
+                if row[1] not in SQLITE_ONLY_COLUMNS.get(table, set())
+            )
             for table in TABLES
         }
     conn.close()

