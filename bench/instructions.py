@@ -20,6 +20,7 @@ an option to valgrind (for example `--dump-instr=no`).
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -34,14 +35,28 @@ HERE = Path(__file__).resolve().parent
 TIMEOUT_SECONDS = 1800
 
 
-def child_main(url: str, n: int, concurrency: int) -> None:
+# `--steps`: runs of this many read-only tool steps (steps.py's agent-function table).
+STEPS_K = 10
+WORKLOADS = ("trivial", "loop", "agent")
+
+
+def child_main(url: str, n: int, concurrency: int, workload: str = "trivial") -> None:
     """In the process valgrind runs, with the measured checkout's `src/` on `sys.path`."""
     from tenure import RunRequest, RunStatus, Runtime
 
-    with Runtime(url, lease_seconds=900.0) as rt:
+    if workload == "trivial":
+        rt = Runtime(url, lease_seconds=900.0)
+        request = RunRequest(prompt="x", model="scripted", script=[{"say": "ok"}])
+    else:  # steps.py's runs: the built-in loop's, or the same steps by an agent function
+        import steps as st
+        from _child import tenure_runtime
+
+        rt = tenure_runtime(url)
+        request = st.request(STEPS_K) if workload == "loop" else st.agent_request(STEPS_K)
+    with rt:
         rt.store  # noqa: B018 -- the schema, outside the count
         for _ in range(n):
-            rt.enqueue(RunRequest(prompt="x", model="scripted", script=[{"say": "ok"}]))
+            rt.enqueue(request)
         toggle("on")
         rt.work(concurrency=concurrency, burst=True, poll_interval=0.05)
         toggle("off")
@@ -59,7 +74,14 @@ def toggle(state: str) -> None:
     )
 
 
-def count(src: Path, n: int, concurrency: int, keep: Path | None, extra: list[str]) -> int:
+def count(
+    src: Path,
+    n: int,
+    concurrency: int,
+    keep: Path | None,
+    extra: list[str],
+    workload: str = "trivial",
+) -> int:
     """The drain's instructions (Ir) in one fresh child process under callgrind."""
     with tempfile.TemporaryDirectory(prefix="tenure-instr-") as tmp:
         out = Path(tmp) / "callgrind.out"
@@ -76,6 +98,7 @@ def count(src: Path, n: int, concurrency: int, keep: Path | None, extra: list[st
             f"sqlite:///{tmp}/i.db",
             str(n),
             str(concurrency),
+            workload,
         ]
         done = subprocess.run(
             argv, capture_output=True, text=True, env=env, check=False, timeout=TIMEOUT_SECONDS
@@ -85,7 +108,7 @@ def count(src: Path, n: int, concurrency: int, keep: Path | None, extra: list[st
         text = out.read_text()
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
-            name = f"{src.parent.name}-c{concurrency}.callgrind.out"
+            name = f"{src.parent.name}-{workload}-c{concurrency}.callgrind.out"
             shutil.copy(out, keep / name)
     # `totals:` is the sum over the whole output; `summary:` may be written as 0 when the
     # instrumentation was off at the start.
@@ -104,11 +127,19 @@ def main() -> None:
     )
     parser.add_argument("--keep", type=Path, default=None, help="keep callgrind's files here")
     parser.add_argument("--valgrind-arg", action="append", default=[], help="a valgrind option")
+    parser.add_argument(
+        "--steps",
+        action="store_true",
+        help=f"per step of runs of {STEPS_K} tool steps: the loop's and an agent function's",
+    )
     args = parser.parse_args()
     n, times = c.size_and_repeat(args)
     if n < 1:
         raise SystemExit("instructions: --size must be at least 1")
     checkouts = c.checkouts(args)
+    if args.steps:
+        c.emit(steps_table(checkouts, max(1, n // 25), times, args), preamble=c.machine())
+        return
     table = c.Table(f"instructions: per trivial run, SQLite, {n} runs, one worker process")
     levels = args.concurrency or [8, 1]
     have = shutil.which("valgrind") is not None and shutil.which("callgrind_control") is not None
@@ -128,8 +159,42 @@ def main() -> None:
     c.emit(table, preamble=c.machine())
 
 
+def steps_table(
+    checkouts: dict[str, Path], runs: int, times: int, args: argparse.Namespace
+) -> c.Table:
+    """Instructions per step of the built-in loop's runs and of the same steps made by an
+    agent function (steps.py's agent table: the same tool, model and steps), at
+    concurrency 1; the ratio agent / loop is the figure that does not move with the load."""
+    import steps as st
+
+    per_run = st.steps_per_run(STEPS_K)
+    table = c.Table(
+        f"instructions: per step, runs of {STEPS_K} tool steps, SQLite, {runs} runs, c=1"
+    )
+    have = shutil.which("valgrind") is not None and shutil.which("callgrind_control") is not None
+    for name, src in checkouts.items():
+        label = f"{name}/SQLite"
+        if not have:
+            table.missing(label, "step", "valgrind not installed")
+            continue
+        series = {kind: c.Series() for kind in ("loop", "agent")}
+        for _ in range(times):
+            for kind in series:
+                total = count(src, runs, 1, args.keep, args.valgrind_arg, kind)
+                series[kind].add(total / (runs * per_run))
+        table.add(label, "built-in loop step", series["loop"])
+        table.add(
+            label,
+            "agent function step",
+            series["agent"],
+            baseline=series["loop"],
+            note="tenure/peer = loop / agent; target >= 0.91x (agent <= 1.1x)",
+        )
+    return table
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        child_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     else:
         main()

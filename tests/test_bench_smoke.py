@@ -46,3 +46,19 @@ def test_script_runs_and_prints_a_table(script: str, tmp_path: Path, pg_cluster:
     assert done.returncode == 0, done.stderr[-4000:]
     assert "| system" in done.stdout and "| tenure" in done.stdout, done.stdout[-4000:]
     assert not list(tmp_path.iterdir()), "a benchmark left files behind"
+
+
+@pytest.mark.slow
+def test_instructions_per_step_of_the_loop_and_of_an_agent_function(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "instructions.py"), "--steps", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    counted = "| this/SQLite | agent function step" in done.stdout
+    assert counted or "valgrind not installed" in done.stdout, done.stdout[-4000:]
+    assert not list(tmp_path.iterdir()), "a benchmark left files behind"
