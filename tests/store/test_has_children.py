@@ -14,9 +14,9 @@ import psycopg
 import pytest
 
 from tenure._types import EventKind, RunStatus
-from tenure.store import NewRun, Store, _sql, open_store
-from tenure.store.postgres import Q as PG
+from tenure.store import NewRun, Store, open_store
 
+from ._old_schema import database_before
 from .helpers import REQUEST, as_enqueued, completed, new_run
 
 BEFORE = 22  # the first schema with the mark
@@ -107,31 +107,8 @@ def _give_back_replay(url: str) -> None:
 @pytest.fixture
 def old_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty database of each store, migrated up to the schema before the mark."""
-    if request.param == "sqlite":
-        path = tmp_path / "old.db"
-        with sqlite3.connect(path) as conn:
-            conn.execute("CREATE TABLE tenure_schema_version (version INTEGER, applied_at REAL)")
-            for version, script in _sql.migrations("sqlite"):
-                if version < BEFORE:
-                    conn.executescript(script)
-                    conn.execute("INSERT INTO tenure_schema_version VALUES (?, 0)", (version,))
-            conn.execute(_LENT_COLUMN.format("ADD COLUMN replay TEXT"))
-        conn.close()
-        yield f"sqlite:///{path}"
-        return
-    cluster = request.getfixturevalue("pg_cluster")
-    name = f"tenure_old_{id(request)}"
-    cluster.admin(f"CREATE DATABASE {name}")
-    url = cluster.url(name)
-    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
-        conn.execute(PG["schema_version_table"])  # type: ignore[arg-type]
-        for version, script in _sql.migrations("postgres"):
-            if version < BEFORE:
-                conn.execute(script)  # type: ignore[arg-type]
-                conn.execute(PG["record_schema_version"], {"version": version})  # type: ignore[arg-type]
-        conn.execute(_LENT_COLUMN.format("ADD COLUMN replay TEXT"))  # type: ignore[arg-type]
-    yield url
-    cluster.admin(f"DROP DATABASE {name} WITH (FORCE)")
+    lend = _LENT_COLUMN.format("ADD COLUMN replay TEXT")
+    yield from database_before(request, tmp_path, BEFORE, then=lend)
 
 
 @pytest.mark.parametrize("old_url", ["sqlite", "postgres"], indirect=True)

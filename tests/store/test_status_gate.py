@@ -7,19 +7,17 @@ working, on both stores."""
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from tenure._types import EventKind, FailureClass, RunStatus, TerminationReason
-from tenure.store import Lease, NewRun, Store, _sql, open_store
+from tenure.store import Lease, NewRun, Store, open_store
 from tenure.store._deltas import DeltaPiece
-from tenure.store.postgres import Q as PG
 from tenure.store.sqlite import SQLiteStore
 
+from ._old_schema import database_before
 from .helpers import REQUEST, completed, expire, new_run, stale_for
 
 BEFORE = 24  # the first schema with the one status trigger
@@ -172,29 +170,7 @@ def test_a_child_that_streamed_and_waits_for_its_own_children_loses_its_deltas(
 @pytest.fixture
 def old_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty database of each store, migrated up to the schema before 23."""
-    if request.param == "sqlite":
-        path = tmp_path / "old.db"
-        with sqlite3.connect(path) as conn:
-            conn.execute("CREATE TABLE tenure_schema_version (version INTEGER, applied_at REAL)")
-            for version, script in _sql.migrations("sqlite"):
-                if version < BEFORE:
-                    conn.executescript(script)
-                    conn.execute("INSERT INTO tenure_schema_version VALUES (?, 0)", (version,))
-        conn.close()
-        yield f"sqlite:///{path}"
-        return
-    cluster = request.getfixturevalue("pg_cluster")
-    name = f"tenure_gate_{id(request)}"
-    cluster.admin(f"CREATE DATABASE {name}")
-    url = cluster.url(name)
-    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
-        conn.execute(PG["schema_version_table"])  # type: ignore[arg-type]
-        for version, script in _sql.migrations("postgres"):
-            if version < BEFORE:
-                conn.execute(script)  # type: ignore[arg-type]
-                conn.execute(PG["record_schema_version"], {"version": version})  # type: ignore[arg-type]
-    yield url
-    cluster.admin(f"DROP DATABASE {name} WITH (FORCE)")
+    yield from database_before(request, tmp_path, BEFORE)
 
 
 @pytest.mark.parametrize("old_url", ["sqlite", "postgres"], indirect=True)
