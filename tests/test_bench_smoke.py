@@ -35,6 +35,12 @@ def test_script_runs_and_prints_a_table(script: str, tmp_path: Path, pg_cluster:
     ]
     if os.environ.get("TENURE_BENCH_PEERS") != "1":
         argv.append("--no-peers")
+    out = _bench(argv, tmp_path)
+    assert "| system" in out and "| tenure" in out, out[-4000:]
+
+
+def _bench(argv: list[str], tmp_path: Path) -> str:
+    """What a benchmark printed, run in `tmp_path`: it succeeds and leaves no file there."""
     done = subprocess.run(
         argv,
         capture_output=True,
@@ -44,21 +50,12 @@ def test_script_runs_and_prints_a_table(script: str, tmp_path: Path, pg_cluster:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    assert "| system" in done.stdout and "| tenure" in done.stdout, done.stdout[-4000:]
     assert not list(tmp_path.iterdir()), "a benchmark left files behind"
+    return done.stdout
 
 
 @pytest.mark.slow
 def test_instructions_per_step_of_the_loop_and_of_an_agent_function(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "instructions.py"), "--steps", "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_SECONDS,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    counted = "| this/SQLite | agent function step" in done.stdout
-    assert counted or "valgrind not installed" in done.stdout, done.stdout[-4000:]
-    assert not list(tmp_path.iterdir()), "a benchmark left files behind"
+    out = _bench([sys.executable, str(BENCH / "instructions.py"), "--steps", "--quick"], tmp_path)
+    counted = "| this/SQLite | agent function step" in out
+    assert counted or "valgrind not installed" in out, out[-4000:]
