@@ -29,7 +29,26 @@ class WorkerProcess:
         self.proc.wait()
 
     def freeze(self) -> None:
+        """SIGSTOP, and wait until every thread of the process has stopped: the signal is
+        delivered asynchronously, and a thread still running after `kill` returned could
+        see what the test does next (a gate file touched "after" the freeze)."""
         self.proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 10.0
+        while not self._stopped():
+            assert time.monotonic() < deadline, f"worker {self.pid} did not stop"
+            time.sleep(0.001)
+
+    def _stopped(self) -> bool:
+        """Whether every thread of the process is stopped (state T in /proc)."""
+        tasks = Path(f"/proc/{self.pid}/task")
+        states = []
+        for task in tasks.iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except FileNotFoundError:  # a thread that ended meanwhile
+                continue
+            states.append(stat.rpartition(") ")[2][:1])
+        return bool(states) and all(state in ("T", "t") for state in states)
 
     def thaw(self) -> None:
         self.proc.send_signal(signal.SIGCONT)
