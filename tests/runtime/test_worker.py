@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -312,13 +313,26 @@ def test_buffered_runs_handed_back_on_stop_count_no_attempt(
     rt = make_runtime()
     script = [{"fail": "server_error", "attempts": [0]}, {"say": "ok"}]
     ids = [rt.enqueue(RunRequest(prompt="p", model="scripted", script=script)) for _ in range(300)]
+    # Stopped while runs wait in the buffer: with one slot, the buffer is empty while the
+    # slot runs the last run of a claim, and a stop then hands nothing back. So the stop is
+    # asked right after a commit that buffered runs (watching from the test's thread missed
+    # that moment on a loaded machine: a buffer of trivial runs empties within milliseconds).
+    committed = Worker._committed
+
+    def stop_while_buffered(self: Worker, claimed: list[Any], ended: int) -> None:
+        committed(self, claimed, ended)
+        if sum(self.stats.outcomes.values()) >= 40 and self._buffered >= 3:
+            self.stop()
+
+    monkeypatch.setattr(Worker, "_committed", stop_while_buffered)
     worker = rt.worker(concurrency=1)
     thread = start(worker)
-    # Stopped while runs wait in the buffer: with one slot, the buffer is empty while the
-    # slot runs the last run of a claim, and a stop then hands nothing back.
-    wait_for(lambda: sum(worker.stats.outcomes.values()) >= 40 and worker._buffered >= 3)
-    worker.stop()
-    thread.join(20)
+    thread.join(30)
+    if thread.is_alive():  # stopped here, so that it does not run on into the next tests
+        worker.stop(immediately=True)
+        thread.join(20)
+        pytest.fail("the worker was never stopped with runs in its buffer")
+    monkeypatch.undo()
     assert worker.stats.released > 0, "nothing was buffered: the test proves nothing"
     handed = [
         e
