@@ -1,7 +1,8 @@
-"""instructions: instructions per trivial run on SQLite, counted by callgrind.
+"""instructions: instructions per trivial run (or per step), counted by callgrind.
 
     python bench/instructions.py [--size N] [--quick] [--repeat R] [--concurrency C]...
                                  [--against DIR]... [--keep DIR] [--valgrind-arg OPTION]...
+                                 [--steps] [--store sqlite|postgres]
 
 N trivial runs (one scripted answer, no tools) are enqueued into a fresh SQLite file, then
 one worker drains them with `rt.work(concurrency=C, burst=True)`, the whole child process
@@ -16,6 +17,28 @@ process's threads one at a time, so the completer's batches are not those of a r
 over its own. One repetition by default (the count hardly moves between runs). `--keep DIR`
 keeps each callgrind output file there (for `callgrind_annotate`); `--valgrind-arg` passes
 an option to valgrind (for example `--dump-instr=no`).
+
+`--steps`: instructions per step of runs of 10 read-only tool steps, made by the built-in
+loop and by an agent function (steps.py's agent table), N/25 runs of each, at concurrency 1;
+the ratio loop/agent is the figure to read.
+
+`--store postgres` counts both sides: the worker process (as above) and the PostgreSQL
+backends that serve it. A private cluster is started with its server under
+`valgrind --tool=callgrind` (`pg_ctl -p` names a script that runs `postgres` under it);
+backends are forked without exec, so each is counted on its own and writes its count when it
+exits, while the long-lived processes (checkpointer, WAL writer) write theirs only when the
+cluster stops. Autovacuum, the logical replication launcher, parallel query and JIT are off,
+and no checkpoint falls in a drain. For each count, the runs are queued into a fresh
+database by a process outside valgrind; once its backends have exited, the worker drains
+under callgrind, and the backends that exit after it (every connection it opened: pool,
+listener) are its server side. `callgrind_control` cannot reach a forked backend, so the
+counts are whole backends' (connecting included): each figure is
+(count(2n) - count(n)) / n from drains of n and 2n runs, which cancels what a drain does
+once. n is N/5 trivial runs, N/25 runs of steps (valgrind slows the server too). Rows:
+client, server and total instructions per run (per step), and the transactions the
+backends committed per run (per step; `pg_stat_database.xact_commit`): how many runs the
+worker's batches hold depends on timing, which valgrind changes, and a count moves with it.
+`--postgres URL` is not used.
 """
 
 from __future__ import annotations
@@ -45,7 +68,7 @@ WORKLOADS = ("trivial", "loop", "agent")
 # `--store postgres`: drains of N // this many runs and of twice as many (trivial runs, runs
 # of STEPS_K steps): valgrind slows the server too.
 PG_TRIVIAL_DIVISOR = 5
-PG_STEPS_DIVISOR = 50
+PG_STEPS_DIVISOR = 25
 
 
 def child_main(
@@ -181,13 +204,20 @@ SETTLE_SECONDS = 300
 
 @dataclass
 class Count:
-    """One drain's instructions: in the worker process and in the backends that served it."""
+    """One drain's instructions, in the worker process and in the backends that served it,
+    and the transactions those backends committed (read-only ones too)."""
 
-    client: int
-    server: int
+    client: float
+    server: float
+    commits: float
 
     def __sub__(self, other: Count) -> Count:
-        return Count(self.client - other.client, self.server - other.server)
+        return Count(
+            self.client - other.client, self.server - other.server, self.commits - other.commits
+        )
+
+    def __truediv__(self, by: float) -> Count:
+        return Count(self.client / by, self.server / by, self.commits / by)
 
 
 class CountedServer:
@@ -285,13 +315,27 @@ class CountedServer:
         native(src, "--enqueue", url, n, workload)
         self.settle()
         self.take(None, "")  # the set-up's backends: schema, enqueue, the admin connection
+        before = self.commits(db)
         client = count(src, n, concurrency, args.keep, args.valgrind_arg, workload, url=url)
         self.settle()
         name = f"{src.parent.name}-{workload}-n{n}-c{concurrency}"
         server = self.take(args.keep, name)
+        commits = self.commits(db) - before
         native(src, "--check", url, n, workload)
         self.cluster.admin(f"DROP DATABASE {db}")
-        return Count(client, server)
+        return Count(client, server, commits)
+
+    def commits(self, db: str) -> int:
+        """Transactions committed in `db` so far by backends that have exited (a backend
+        reports its own when it exits, at the latest)."""
+        import psycopg
+
+        with psycopg.connect(self.cluster.url("postgres"), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (db,)
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
 
     def per_run(
         self, src: Path, n: int, concurrency: int, workload: str, args: argparse.Namespace
@@ -300,8 +344,7 @@ class CountedServer:
         which cancels what a drain does once (connecting, the first statements' plans)."""
         once = self.count(src, n, concurrency, workload, args)
         twice = self.count(src, 2 * n, concurrency, workload, args)
-        diff = twice - once
-        return Count(round(diff.client / n), round(diff.server / n))
+        return (twice - once) / n
 
 
 def native(src: Path, *argv: object) -> None:
@@ -327,25 +370,31 @@ def add_counts(
     baseline: dict[str, c.Series] | None = None,
     note: str = "",
 ) -> None:
-    """Three rows: the worker's instructions, its backends', and their sum."""
-    for side in ("client", "server", "total"):
+    """Four rows: the worker's instructions, its backends', their sum, and the transactions
+    its backends committed (a timing-dependent batching shows there)."""
+    for side in SIDES:
         table.add(
             label,
             f"{metric}, {side}",
             series[side],
             baseline=None if baseline is None else baseline[side],
             note=note if side == "total" else "",
+            fmt=".2f" if side == "commits" else ",.0f",
         )
 
 
+SIDES = ("client", "server", "total", "commits")
+
+
 def pg_series() -> dict[str, c.Series]:
-    return {side: c.Series() for side in ("client", "server", "total")}
+    return {side: c.Series() for side in SIDES}
 
 
 def add_count(series: dict[str, c.Series], count_: Count, per: float) -> None:
     series["client"].add(count_.client / per)
     series["server"].add(count_.server / per)
     series["total"].add((count_.client + count_.server) / per)
+    series["commits"].add(count_.commits / per)
 
 
 def pg_main(args: argparse.Namespace, checkouts: dict[str, Path], n: int, times: int) -> None:
