@@ -16,11 +16,12 @@ import contextlib
 import glob
 import itertools
 import os
+import shlex
 import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -64,8 +65,18 @@ def free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, bindir: Path) -> None:
+    """`wrapper`: a command the server runs under (its arguments, then `postgres`'s), for
+    example valgrind (bench/instructions.py); `start_timeout`: seconds `pg_ctl` waits."""
+
+    def __init__(
+        self,
+        bindir: Path,
+        wrapper: Sequence[str] = (),
+        start_timeout: int = START_TIMEOUT_SECONDS,
+    ) -> None:
         self.bindir = bindir
+        self.wrapper = list(wrapper)
+        self.start_timeout = start_timeout
         self.root = Path(tempfile.mkdtemp(prefix="tenure-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
@@ -101,16 +112,27 @@ class Cluster:
             for key, value in SETTINGS.items():
                 conf.write(f"{key} = {value}\n")
 
+    def _server(self) -> list[str]:
+        """`pg_ctl`'s option naming the server's executable: a script that runs `postgres`
+        under the wrapper, when there is one."""
+        if not self.wrapper:
+            return []
+        script = self.root / "postgres-wrapped"
+        command = shlex.join([*self.wrapper, str(self.bindir / "postgres")])
+        script.write_text(f'#!/bin/sh\nexec {command} "$@"\n')
+        script.chmod(0o755)
+        return ["-p", str(script)]
+
     def start(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w",
-                  "-t", str(START_TIMEOUT_SECONDS), "start")  # fmt: skip
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", *self._server(),
+                  "-t", str(self.start_timeout), "start")  # fmt: skip
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
 
     def restart(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-m", "fast", "-w",
-                  "-t", str(START_TIMEOUT_SECONDS), "restart")  # fmt: skip
+                  *self._server(), "-t", str(self.start_timeout), "restart")  # fmt: skip
 
     def url(self, dbname: str) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"

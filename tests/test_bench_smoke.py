@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ._postgres import Cluster
+from ._postgres import Cluster, _bindir
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = [
@@ -58,4 +58,16 @@ def _bench(argv: list[str], tmp_path: Path) -> str:
 def test_instructions_per_step_of_the_loop_and_of_an_agent_function(tmp_path: Path) -> None:
     out = _bench([sys.executable, str(BENCH / "instructions.py"), "--steps", "--quick"], tmp_path)
     counted = "| this/SQLite | agent function step" in out
+    assert counted or "valgrind not installed" in out, out[-4000:]
+
+
+@pytest.mark.slow
+def test_instructions_per_step_on_postgresql_client_and_server(tmp_path: Path) -> None:
+    _bindir()  # the script starts a cluster of its own, its server under valgrind
+    argv = [sys.executable, str(BENCH / "instructions.py"), "--steps", "--quick"]
+    out = _bench([*argv, "--store", "postgres"], tmp_path)
+    counted = all(
+        f"| this/PostgreSQL | agent function step, {side}" in out
+        for side in ("client", "server", "total")
+    )
     assert counted or "valgrind not installed" in out, out[-4000:]
