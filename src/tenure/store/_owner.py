@@ -24,6 +24,7 @@ from tenure.store._sqlbase import (
     SQLBase,
     _event_rows,
     lifecycle,
+    numbered,
 )
 
 # A run handed back by a worker that cannot serve it waits this long before it is claimable
@@ -426,8 +427,9 @@ class OwnerTransitions(SQLBase):
         goes as a batch of one, whose JSON stores it as `_json.dumps` writes it, as every
         batch did."""
         if math.isfinite(params["cost"]):
+            settle, values = numbered(self._q["settle_one"])
             try:
-                cur.execute(self._q["settle_one"], params)
+                cur.execute(settle, values(params))
             except (UnicodeEncodeError, OverflowError):  # refused at binding: nothing ran
                 pass
             else:
@@ -435,7 +437,8 @@ class OwnerTransitions(SQLBase):
                 # held. The read is in the write transaction, so it sees this settle's row.
                 if cur.rowcount != 1:
                     return []
-                (sequence,) = cur.execute(self._q["settled_sequence"], params).fetchone()
+                read, key = numbered(self._q["settled_sequence"])
+                (sequence,) = cur.execute(read, key(params)).fetchone()
                 return [(params["id"], params["token"], sequence)]
         cur.execute(self._q["settle_batch"], {"batch": dumps([params])})
         return cur.fetchall()

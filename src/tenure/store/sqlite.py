@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, unquote
 
 from tenure._errors import DatabaseGone, DatabaseUnavailable, StoreError
 from tenure.store import _sql
+from tenure.store._base import Lease, Settlement
 from tenure.store._common import Cursor, SQLStore
 from tenure.store._rows import epoch_to_datetime
 from tenure.store._sqlbase import in_powers_of_two, repeated_row
@@ -37,10 +38,13 @@ LOCKED_RETRIES = 6
 WAL_AUTOCHECKPOINT_PAGES = 10_000
 # How often the write path makes sure the database file is still the one it opened.
 FILE_CHECK_SECONDS = 1.0
-# The most events written by one statement (`insert_events`, 6 values each): under 999
+# The most events written by one statement (`insert_events`, 7 values each): under 999
 # parameters, the most a SQLite before 3.32 binds.
 EVENTS_PER_INSERT = 128
+# The values of one row of `insert_events`, in the order the statement names them.
+EVENT_VALUES = ("run_id", "sequence", "attempt", "lease_token", "kind", "payload", "replay")
 Q = _sql.queries("sqlite", now=NOW)
+assert repeated_row(Q["insert_events"], 1)[1] == EVENT_VALUES
 log = logging.getLogger("tenure.store.sqlite")
 
 
@@ -268,10 +272,31 @@ class SQLiteStore(SQLStore):
                 conn.close()
 
     def _insert_events(self, cur: Cursor, rows: list[dict[str, Any]]) -> None:
-        """The rows `_event_rows` made, a power of two of them per statement."""
+        """The rows `_event_rows` made, a power of two of them per statement. An event
+        without a replay form goes with '' for it, which the statement stores as NULL:
+        sqlite3 binds None only after looking for an adapter for it, at every binding."""
         for chunk in in_powers_of_two(rows, EVENTS_PER_INSERT):
-            sql, names = repeated_row(self._q["insert_events"], len(chunk))
-            cur.execute(sql, [row[name] for row in chunk for name in names])
+            sql, _ = repeated_row(self._q["insert_events"], len(chunk))
+            values: list[Any] = []
+            for row in chunk:
+                values += (
+                    row["run_id"],
+                    row["sequence"],
+                    row["attempt"],
+                    row["lease_token"],
+                    row["kind"],
+                    row["payload"],
+                    row["replay"] or "",
+                )
+            cur.execute(sql, values)
+
+    def _settle_params(self, lease: Lease, settlement: Settlement) -> dict[str, Any]:
+        params = super()._settle_params(lease, settlement)
+        # sqlite3 binds an int as it stands but looks for an adapter for a bool (not an
+        # exact int) at every binding; SQLite stores a bool as 0 or 1 anyway.
+        params["keep"] = int(params["keep"])
+        params["keep_fence"] = int(params["keep_fence"])
+        return params
 
     def _read(self, sql: str, params: dict[str, Any]) -> list[Any]:
         return self._retrying(lambda: self._conn.execute(sql, params).fetchall())

@@ -56,10 +56,12 @@ VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, :replay, {n
 -- `insert_event` for several rows in one statement: the store writes the row of VALUES once
 -- per event and binds the values by position, in the order the row names them. One
 -- statement, not one per row: each execution of an insert sets up the program of its
--- trigger (`tenure_deltas_answered`) anew; the rows of one statement share it.
+-- trigger (`tenure_deltas_answered`) anew; the rows of one statement share it. A row's
+-- replay is '' when it has none (the store binds no None): stored as NULL.
 INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, replay,
                            created_at)
-VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, :replay, {now});
+VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, NULLIF(:replay, ''),
+        {now});
 
 -- name: _claim_set
 -- What a claim does to each run it takes: the claim of the oldest runs and the claim of one
