@@ -24,7 +24,7 @@ from tenure.store import _sql
 from tenure.store._base import Lease, Settlement
 from tenure.store._common import Cursor, SQLStore
 from tenure.store._rows import epoch_to_datetime
-from tenure.store._sqlbase import in_powers_of_two, repeated_row
+from tenure.store._sqlbase import in_powers_of_two, numbered, repeated_row
 
 T = TypeVar("T")
 
@@ -289,6 +289,11 @@ class SQLiteStore(SQLStore):
                     row["replay"] or "",
                 )
             cur.execute(sql, values)
+        # The deltas of an answered call go with its `llm` event (SPEC §18; 0025). One
+        # look at the table first: it is empty unless some call is streaming.
+        answered = [(row["run_id"],) for row in rows if row["kind"] == "llm"]
+        if answered and cur.execute(self._q["any_deltas"]).fetchone() is not None:
+            cur.executemany(numbered(self._q["delete_answered_deltas"])[0], answered)
 
     def _settle_params(self, lease: Lease, settlement: Settlement) -> dict[str, Any]:
         params = super()._settle_params(lease, settlement)

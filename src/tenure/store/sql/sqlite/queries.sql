@@ -55,13 +55,22 @@ VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, :replay, {n
 -- name: insert_events
 -- `insert_event` for several rows in one statement: the store writes the row of VALUES once
 -- per event and binds the values by position, in the order the row names them. One
--- statement, not one per row: each execution of an insert sets up the program of its
--- trigger (`tenure_deltas_answered`) anew; the rows of one statement share it. A row's
--- replay is '' when it has none (the store binds no None): stored as NULL.
+-- statement, not one per row: each execution costs a statement's setup and its binding
+-- from Python. A row's replay is '' when it has none (the store binds no None): stored as
+-- NULL.
 INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, replay,
                            created_at)
 VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, NULLIF(:replay, ''),
         {now});
+
+-- name: any_deltas
+-- Whether the table of deltas holds a row at all: it is empty unless some call is streaming.
+SELECT 1 FROM tenure_deltas LIMIT 1;
+
+-- name: delete_answered_deltas
+-- SPEC §18: the deltas of a run whose call's `llm` event the same transaction has just
+-- recorded.
+DELETE FROM tenure_deltas WHERE run_id = :run_id;
 
 -- name: _claim_set
 -- What a claim does to each run it takes: the claim of the oldest runs and the claim of one
@@ -719,10 +728,11 @@ DELETE FROM tenure_workers
 -- SPEC §18: a piece of the answer text of the model call in flight, under the segment's
 -- lease (a segment that lost its run publishes nothing). The piece names its call by the
 -- sequence the call's `llm` event will take; the rows go when that event is recorded
--- (0008's triggers). Refused once any event holds that sequence: a publication that stalled
--- past its call's end (its `llm` event, then a tool's, then the next call streaming) must
--- not land among the next call's pieces. The run's last event is read in this statement,
--- inside the write transaction, so no event can be recorded between the check and the row.
+-- (delete_answered_deltas) or the run leaves `running` (0024's gate). Refused once any
+-- event holds that sequence: a publication that stalled past its call's end (its `llm`
+-- event, then a tool's, then the next call streaming) must not land among the next call's
+-- pieces. The run's last event is read in this statement, inside the write transaction,
+-- so no event can be recorded between the check and the row.
 INSERT INTO tenure_deltas (run_id, sequence, chunk, text)
 SELECT id, :sequence, :chunk, :text FROM tenure_runs
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
