@@ -24,9 +24,6 @@ SQLITE_ONLY = {
     # rendered each run's object anew for every value read; PostgreSQL's settle_batch reads
     # its batch once.
     "settle_one",
-    # The last sequence of a run `settle_one` settled: SQLite's settle has no RETURNING (its
-    # rows would go through a temporary table at every execution).
-    "settled_sequence",
     # A run's first delta publication marks it `streamed` (schema 24), so that its status
     # changes run the one status trigger that clears its deltas: SQLite sets up a trigger's
     # program whatever its WHEN; PostgreSQL tests a WHEN before it calls anything.

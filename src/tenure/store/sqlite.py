@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -20,6 +21,7 @@ from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qsl, unquote
 
 from tenure._errors import DatabaseGone, DatabaseUnavailable, StoreError
+from tenure._json import dumps
 from tenure.store import _sql
 from tenure.store._base import Lease, Settlement
 from tenure.store._common import Cursor, SQLStore
@@ -104,6 +106,8 @@ class SQLiteStore(SQLStore):
         # After a write failed for want of space the WAL is truncated by the next write that
         # can, else it keeps the size it grew to during the episode.
         self._wal_to_truncate = False
+        # The last sequence of the run the last `settle_one` settled (`_note_settled`).
+        self._settled = -1
 
     # -- connections ---------------------------------------------------------------------
 
@@ -130,6 +134,8 @@ class SQLiteStore(SQLStore):
             # A run that ends cancels its children by a trigger, whose updates must fire it
             # again for their own children (SPEC §21).
             conn.execute("PRAGMA recursive_triggers = ON")
+            # A settle hands its row's new last sequence back through this (settle_one).
+            conn.create_function("tenure_settled", 1, self._note_settled)
         except sqlite3.Error as exc:
             raise DatabaseUnavailable(f"cannot open database {self.path!r}: {exc}") from exc
         if str(mode).lower() != "wal":
@@ -294,6 +300,33 @@ class SQLiteStore(SQLStore):
         answered = [(row["run_id"],) for row in rows if row["kind"] == "llm"]
         if answered and cur.execute(self._q["any_deltas"]).fetchone() is not None:
             cur.executemany(numbered(self._q["delete_answered_deltas"])[0], answered)
+
+    def _settle_one(self, cur: Cursor, params: dict[str, Any]) -> list[Any]:
+        """One run's settle, its values bound; what a parameter cannot hold as it stands (a
+        cost that is not a finite number, text that is not UTF-8, an integer beyond 64 bits)
+        goes as a batch of one, whose JSON stores it as `_json.dumps` writes it, as every
+        batch did."""
+        if math.isfinite(params["cost"]):
+            settle, values = numbered(self._q["settle_one"])
+            try:
+                cur.execute(settle, values(params))
+            except (UnicodeEncodeError, OverflowError):  # refused at binding: nothing ran
+                pass
+            else:
+                # The rows the UPDATE itself changed (not its triggers'): 1 if the guard
+                # held, and then `tenure_settled` was given the row's new last sequence.
+                if cur.rowcount != 1:
+                    return []
+                return [(params["id"], params["token"], self._settled)]
+        cur.execute(self._q["settle_batch"], {"batch": dumps([params])})
+        return cur.fetchall()
+
+    def _note_settled(self, sequence: int) -> int:
+        """`tenure_settled(x)` in SQL: x, noted for the settle that computed it. Writes take
+        turns on one connection (`_writer`), so the note is read by the writer that made it,
+        right after its statement."""
+        self._settled = sequence
+        return sequence
 
     def _settle_params(self, lease: Lease, settlement: Settlement) -> dict[str, Any]:
         params = super()._settle_params(lease, settlement)
