@@ -308,6 +308,7 @@ class SQLiteStore(SQLStore):
         batch did."""
         if math.isfinite(params["cost"]):
             settle, values = numbered(self._q["settle_one"])
+            self._settled = -1  # a sequence noted by an earlier settle is never taken
             try:
                 cur.execute(settle, values(params))
             except (UnicodeEncodeError, OverflowError):  # refused at binding: nothing ran
@@ -317,6 +318,8 @@ class SQLiteStore(SQLStore):
                 # held, and then `tenure_settled` was given the row's new last sequence.
                 if cur.rowcount != 1:
                     return []
+                if self._settled < 0:
+                    raise StoreError("settle_one applied without handing back its sequence")
                 return [(params["id"], params["token"], self._settled)]
         cur.execute(self._q["settle_batch"], {"batch": dumps([params])})
         return cur.fetchall()
