@@ -24,13 +24,15 @@ SQLITE_ONLY = {
     # rendered each run's object anew for every value read; PostgreSQL's settle_batch reads
     # its batch once.
     "settle_one",
-    # The last sequence of a run `settle_one` settled: SQLite's settle has no RETURNING (its
-    # rows would go through a temporary table at every execution).
-    "settled_sequence",
     # A run's first delta publication marks it `streamed` (schema 24), so that its status
     # changes run the one status trigger that clears its deltas: SQLite sets up a trigger's
     # program whatever its WHEN; PostgreSQL tests a WHEN before it calls anything.
     "mark_streamed",
+    # A run's deltas go with its call's `llm` event (schema 25: no trigger on tenure_events,
+    # which made SQLite copy every multi-row insert of events through a temporary table),
+    # after a look at whether the table holds any: PostgreSQL keeps no deltas in a table.
+    "any_deltas",
+    "delete_answered_deltas",
 }
 # SQLite's own columns, with why PostgreSQL has none.
 SQLITE_ONLY_COLUMNS = {

@@ -31,11 +31,19 @@ def _plan(conn: sqlite3.Connection, sql: str) -> list[str]:
     return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
 
 
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path)
+    # The function the store gives its connections, through which `settle_one` hands back
+    # the settled row's sequence.
+    conn.create_function("tenure_settled", 1, lambda sequence: sequence)
+    return conn
+
+
 def _migrated(path: Path) -> sqlite3.Connection:
     store = SQLiteStore(f"sqlite:///{path}")
     store.migrate()
     store.close()
-    return sqlite3.connect(path)
+    return _connect(path)
 
 
 @pytest.fixture
@@ -78,7 +86,7 @@ def unchecked(tmp_path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA writable_schema = OFF")
     conn.commit()
     conn.close()
-    return sqlite3.connect(tmp_path / "unchecked.db")
+    return _connect(tmp_path / "unchecked.db")
 
 
 def _temporary_tables(conn: sqlite3.Connection, sql: str) -> int:

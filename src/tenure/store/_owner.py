@@ -421,24 +421,9 @@ class OwnerTransitions(SQLBase):
         return out
 
     def _settle_one(self, cur: Cursor, params: dict[str, Any]) -> list[Any]:
-        """One run's settle, its values bound; what a parameter cannot hold as it stands (a
-        cost that is not a finite number, text that is not UTF-8, an integer beyond 64 bits)
-        goes as a batch of one, whose JSON stores it as `_json.dumps` writes it, as every
-        batch did."""
-        if math.isfinite(params["cost"]):
-            try:
-                cur.execute(self._q["settle_one"], params)
-            except (UnicodeEncodeError, OverflowError):  # refused at binding: nothing ran
-                pass
-            else:
-                # The rows the UPDATE itself changed (not its triggers'): 1 if the guard
-                # held. The read is in the write transaction, so it sees this settle's row.
-                if cur.rowcount != 1:
-                    return []
-                (sequence,) = cur.execute(self._q["settled_sequence"], params).fetchone()
-                return [(params["id"], params["token"], sequence)]
-        cur.execute(self._q["settle_batch"], {"batch": dumps([params])})
-        return cur.fetchall()
+        """One run's settle, its values bound, as (id, token, last sequence) if it applied:
+        a store whose queries have `settle_one` (SQLite) settles a batch run by run."""
+        raise NotImplementedError
 
     def _before_wait(self) -> None:
         """Between a parent's `held` (on PostgreSQL its row is locked from here) and its

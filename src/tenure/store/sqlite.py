@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -20,10 +21,12 @@ from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qsl, unquote
 
 from tenure._errors import DatabaseGone, DatabaseUnavailable, StoreError
+from tenure._json import dumps
 from tenure.store import _sql
+from tenure.store._base import Lease, Settlement
 from tenure.store._common import Cursor, SQLStore
 from tenure.store._rows import epoch_to_datetime
-from tenure.store._sqlbase import in_powers_of_two, repeated_row
+from tenure.store._sqlbase import in_powers_of_two, numbered, repeated_row
 
 T = TypeVar("T")
 
@@ -37,10 +40,13 @@ LOCKED_RETRIES = 6
 WAL_AUTOCHECKPOINT_PAGES = 10_000
 # How often the write path makes sure the database file is still the one it opened.
 FILE_CHECK_SECONDS = 1.0
-# The most events written by one statement (`insert_events`, 6 values each): under 999
+# The most events written by one statement (`insert_events`, 7 values each): under 999
 # parameters, the most a SQLite before 3.32 binds.
 EVENTS_PER_INSERT = 128
+# The values of one row of `insert_events`, in the order the statement names them.
+EVENT_VALUES = ("run_id", "sequence", "attempt", "lease_token", "kind", "payload", "replay")
 Q = _sql.queries("sqlite", now=NOW)
+assert repeated_row(Q["insert_events"], 1)[1] == EVENT_VALUES
 log = logging.getLogger("tenure.store.sqlite")
 
 
@@ -100,6 +106,8 @@ class SQLiteStore(SQLStore):
         # After a write failed for want of space the WAL is truncated by the next write that
         # can, else it keeps the size it grew to during the episode.
         self._wal_to_truncate = False
+        # The last sequence of the run the last `settle_one` settled (`_note_settled`).
+        self._settled = -1
 
     # -- connections ---------------------------------------------------------------------
 
@@ -126,6 +134,8 @@ class SQLiteStore(SQLStore):
             # A run that ends cancels its children by a trigger, whose updates must fire it
             # again for their own children (SPEC §21).
             conn.execute("PRAGMA recursive_triggers = ON")
+            # A settle hands its row's new last sequence back through this (settle_one).
+            conn.create_function("tenure_settled", 1, self._note_settled)
         except sqlite3.Error as exc:
             raise DatabaseUnavailable(f"cannot open database {self.path!r}: {exc}") from exc
         if str(mode).lower() != "wal":
@@ -268,10 +278,66 @@ class SQLiteStore(SQLStore):
                 conn.close()
 
     def _insert_events(self, cur: Cursor, rows: list[dict[str, Any]]) -> None:
-        """The rows `_event_rows` made, a power of two of them per statement."""
+        """The rows `_event_rows` made, a power of two of them per statement. An event
+        without a replay form goes with '' for it, which the statement stores as NULL:
+        sqlite3 binds None only after looking for an adapter for it, at every binding."""
         for chunk in in_powers_of_two(rows, EVENTS_PER_INSERT):
-            sql, names = repeated_row(self._q["insert_events"], len(chunk))
-            cur.execute(sql, [row[name] for row in chunk for name in names])
+            sql, _ = repeated_row(self._q["insert_events"], len(chunk))
+            values: list[Any] = []
+            for row in chunk:
+                values += (
+                    row["run_id"],
+                    row["sequence"],
+                    row["attempt"],
+                    row["lease_token"],
+                    row["kind"],
+                    row["payload"],
+                    row["replay"] or "",
+                )
+            cur.execute(sql, values)
+        # The deltas of an answered call go with its `llm` event (SPEC §18; 0025). One
+        # look at the table first: it is empty unless some call is streaming.
+        answered = [(row["run_id"],) for row in rows if row["kind"] == "llm"]
+        if answered and cur.execute(self._q["any_deltas"]).fetchone() is not None:
+            cur.executemany(numbered(self._q["delete_answered_deltas"])[0], answered)
+
+    def _settle_one(self, cur: Cursor, params: dict[str, Any]) -> list[Any]:
+        """One run's settle, its values bound; what a parameter cannot hold as it stands (a
+        cost that is not a finite number, text that is not UTF-8, an integer beyond 64 bits)
+        goes as a batch of one, whose JSON stores it as `_json.dumps` writes it, as every
+        batch did."""
+        if math.isfinite(params["cost"]):
+            settle, values = numbered(self._q["settle_one"])
+            self._settled = -1  # a sequence noted by an earlier settle is never taken
+            try:
+                cur.execute(settle, values(params))
+            except (UnicodeEncodeError, OverflowError):  # refused at binding: nothing ran
+                pass
+            else:
+                # The rows the UPDATE itself changed (not its triggers'): 1 if the guard
+                # held, and then `tenure_settled` was given the row's new last sequence.
+                if cur.rowcount != 1:
+                    return []
+                if self._settled < 0:
+                    raise StoreError("settle_one applied without handing back its sequence")
+                return [(params["id"], params["token"], self._settled)]
+        cur.execute(self._q["settle_batch"], {"batch": dumps([params])})
+        return cur.fetchall()
+
+    def _note_settled(self, sequence: int) -> int:
+        """`tenure_settled(x)` in SQL: x, noted for the settle that computed it. Writes take
+        turns on one connection (`_writer`), so the note is read by the writer that made it,
+        right after its statement."""
+        self._settled = sequence
+        return sequence
+
+    def _settle_params(self, lease: Lease, settlement: Settlement) -> dict[str, Any]:
+        params = super()._settle_params(lease, settlement)
+        # sqlite3 binds an int as it stands but looks for an adapter for a bool (not an
+        # exact int) at every binding; SQLite stores a bool as 0 or 1 anyway.
+        params["keep"] = int(params["keep"])
+        params["keep_fence"] = int(params["keep_fence"])
+        return params
 
     def _read(self, sql: str, params: dict[str, Any]) -> list[Any]:
         return self._retrying(lambda: self._conn.execute(sql, params).fetchall())

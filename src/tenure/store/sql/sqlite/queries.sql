@@ -55,11 +55,22 @@ VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, :replay, {n
 -- name: insert_events
 -- `insert_event` for several rows in one statement: the store writes the row of VALUES once
 -- per event and binds the values by position, in the order the row names them. One
--- statement, not one per row: each execution of an insert sets up the program of its
--- trigger (`tenure_deltas_answered`) anew; the rows of one statement share it.
+-- statement, not one per row: each execution costs a statement's setup and its binding
+-- from Python. A row's replay is '' when it has none (the store binds no None): stored as
+-- NULL.
 INSERT INTO tenure_events (run_id, sequence, attempt, lease_token, kind, payload, replay,
                            created_at)
-VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, :replay, {now});
+VALUES (:run_id, :sequence, :attempt, :lease_token, :kind, :payload, NULLIF(:replay, ''),
+        {now});
+
+-- name: any_deltas
+-- Whether the table of deltas holds a row at all: it is empty unless some call is streaming.
+SELECT 1 FROM tenure_deltas LIMIT 1;
+
+-- name: delete_answered_deltas
+-- SPEC §18: the deltas of a run whose call's `llm` event the same transaction has just
+-- recorded.
+DELETE FROM tenure_deltas WHERE run_id = :run_id;
 
 -- name: _claim_set
 -- What a claim does to each run it takes: the claim of the oldest runs and the claim of one
@@ -297,8 +308,11 @@ RETURNING id, lease_token, last_sequence;
 -- JSON cost more than the rest of the update (`json_each` renders a row's object anew at
 -- every `json_extract`). The guard is `settle_batch`'s (tests/unit/test_guards.py).
 -- No RETURNING: SQLite gathers a RETURNING's rows in a temporary table made at every
--- execution (a b-tree opened, filled, read back and freed), which cost more than the
--- primary-key read that follows a settle that applied (`settled_sequence`, same transaction).
+-- execution (a b-tree opened, filled, read back and freed). The row's new last sequence
+-- goes to the store through `tenure_settled`, a function of the store's connection that
+-- returns its argument: SET computes it only for the row the guard let through, and the
+-- call costs about 2,700 instructions where the primary-key read that followed the settle
+-- cost 14,000.
 UPDATE tenure_runs
    SET status = :status, termination_reason = :reason, output = :output,
        error_class = :error_class, error = :error, claimed_by = '', lease_expires = NULL,
@@ -311,16 +325,12 @@ UPDATE tenure_runs
        input_tokens = input_tokens + :input_tokens,
        output_tokens = output_tokens + :output_tokens,
        cost = cost + :cost,
-       last_sequence = last_sequence + :n,
+       last_sequence = tenure_settled(last_sequence + :n),
        finished_at = {now}, updated_at = {now}
  WHERE id = :id AND status = 'running'
    AND claimed_by = :owner
    AND lease_token = :token AND lease_expires >= {now}
    AND (:fence = '' OR pending_effect = :fence);
-
--- name: settled_sequence
--- The last sequence of a run that `settle_one` has just settled, read in its transaction.
-SELECT last_sequence FROM tenure_runs WHERE id = :id;
 
 -- name: cancel
 -- Any non-terminal run; the fence stays as evidence of a write that may have happened.
@@ -717,10 +727,11 @@ DELETE FROM tenure_workers
 -- SPEC §18: a piece of the answer text of the model call in flight, under the segment's
 -- lease (a segment that lost its run publishes nothing). The piece names its call by the
 -- sequence the call's `llm` event will take; the rows go when that event is recorded
--- (0008's triggers). Refused once any event holds that sequence: a publication that stalled
--- past its call's end (its `llm` event, then a tool's, then the next call streaming) must
--- not land among the next call's pieces. The run's last event is read in this statement,
--- inside the write transaction, so no event can be recorded between the check and the row.
+-- (delete_answered_deltas) or the run leaves `running` (0024's gate). Refused once any
+-- event holds that sequence: a publication that stalled past its call's end (its `llm`
+-- event, then a tool's, then the next call streaming) must not land among the next call's
+-- pieces. The run's last event is read in this statement, inside the write transaction,
+-- so no event can be recorded between the check and the row.
 INSERT INTO tenure_deltas (run_id, sequence, chunk, text)
 SELECT id, :sequence, :chunk, :text FROM tenure_runs
  WHERE id = :id AND status = 'running' AND claimed_by = :owner AND lease_token = :token
