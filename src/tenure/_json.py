@@ -30,7 +30,7 @@ def dumps(value: Any) -> str:
     # payloads with a null read back equal to the value (NaN equals nothing, None least of
     # all), which is cheaper to see than the standard library's strict encoding; the others
     # (tuples, keys that are not text, NaN itself) take that encoding to decide.
-    if b"null" in text and orjson.loads(text) != value:
+    if text.find(b"null") >= 0 and orjson.loads(text) != value:
         try:
             _STRICT.encode(value)
         except (ValueError, TypeError):

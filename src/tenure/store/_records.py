@@ -85,12 +85,15 @@ class ReplayJournal:
     others: list[tuple[str, dict[str, Any]]]
 
 
+REPLAYED_KINDS = (EventKind.TOOL, EventKind.STEP)
+
+
 def replay_form(kind: EventKind, payload_text: str) -> str | None:
     """The replay form of an agent function's tool or step-function event (SPEC §20,
     `tenure_events.replay`): `position,"step:digest:name",result,error` — four JSON values
     read back from the payload's own text, so that a replay from it returns exactly what a
     replay from the payload would. None for every other event."""
-    if kind is not EventKind.TOOL and kind is not EventKind.STEP:
+    if kind not in REPLAYED_KINDS:
         return None
     if '"digest"' not in payload_text:
         return None  # the built-in loop's tool events: not decoded for nothing

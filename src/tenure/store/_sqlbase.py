@@ -23,7 +23,7 @@ from tenure._types import (
     EventKind,
 )
 from tenure.store._base import Claimed, Lease, NewEvent
-from tenure.store._records import replay_form
+from tenure.store._records import REPLAYED_KINDS, replay_form
 
 T = TypeVar("T")
 # id, lease_token, attempt, request, requeue_count, last_sequence, decision, fence_call; a
@@ -133,7 +133,7 @@ def _event_rows(
                 "lease_token": token,
                 "kind": str(e.kind),
                 "payload": text,
-                "replay": replay_form(e.kind, text),
+                "replay": replay_form(e.kind, text) if e.kind in REPLAYED_KINDS else None,
             }
         )
     return list(range(first, last + 1))
