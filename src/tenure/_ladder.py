@@ -198,7 +198,7 @@ class Segment:
 
     def _execute_kept(self) -> RunResult | Ending:
         try:
-            request = self.request or _requests.from_json(self.raw_request)
+            request = self.request or _requests.claimed(self.raw_request)
         except Exception as exc:
             # A payload that cannot be read can never run: fail it now, never strand it
             # (whatever the exception: one that escaped here would leave the run running).

@@ -294,6 +294,32 @@ def to_json(request: RunRequest) -> dict[str, Any]:
     return data
 
 
+# Requests decoded at claims, by their stored text (`claimed`). Emptied whole when full;
+# a longer text is not kept (its decoding is mostly `loads`, which a cache would not spare).
+_DECODED_MAX = 256
+_DECODED_MAX_CHARS = 4096
+_decoded: dict[str, RunRequest] = {}
+
+
+def claimed(raw: str | None) -> RunRequest:
+    """`from_json` of a claimed run's request, decoded and checked once per text: a worker
+    meets the same texts over and over (a run's every segment; the runs of a schedule, a
+    benchmark, a test), and decoding and checking one was several percent of a trivial
+    run's CPU. The same text always decodes to an equal request, and a RunRequest is
+    frozen; the runs of one text share it. An agent function's run is not kept: its
+    `input` is handed to the function's code, which may change it."""
+    if raw is None:
+        return from_json(raw)
+    request = _decoded.get(raw)
+    if request is None:
+        request = from_json(raw)  # raises for a text that is not a request: never kept
+        if request.agent is None and len(raw) <= _DECODED_MAX_CHARS:
+            if len(_decoded) >= _DECODED_MAX:
+                _decoded.clear()
+            _decoded[raw] = request
+    return request
+
+
 def from_json(raw: str | None) -> RunRequest:
     """A stored request; a corrupt one raises InvalidRequest (the run then fails for good)."""
     if raw is None:
