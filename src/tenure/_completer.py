@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from tenure._classify import describe, retry_log_level
 from tenure._errors import DatabaseGone
 from tenure._ladder import Segment
-from tenure._types import Outcome
+from tenure._types import Outcome, direct_init
 from tenure.store._base import Claimed, Settlement, Store
 
 log = logging.getLogger("tenure.worker")
@@ -53,6 +53,7 @@ class Cycle:
     tried_claim: bool
 
 
+@direct_init
 @dataclass(frozen=True)
 class Ended:
     segment: Segment

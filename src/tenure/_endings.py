@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tenure._types import Outcome, RunStatus
+from tenure._types import Outcome, RunStatus, direct_init
 from tenure.store._base import Settlement
 
 
+@direct_init
 @dataclass(frozen=True)
 class Ending:
     """A segment's normal end, returned for its caller to commit."""

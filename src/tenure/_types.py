@@ -7,7 +7,48 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
+
+R = TypeVar("R")
+
+
+def direct_init(cls: type[R]) -> type[R]:
+    """Give a frozen dataclass an `__init__` that fills the new instance's `__dict__`, where
+    the one `dataclass(frozen=True)` writes calls `object.__setattr__` once per field (a
+    slot wrapper called with an argument tuple, each time): the same parameters, defaults,
+    default factories and `__post_init__`, about half the cost. For the records every run
+    makes several of (its events, its lease, its settlement ...). Applied above
+    `@dataclass(frozen=True)`; a feature it does not reproduce is refused here."""
+    params = cls.__dataclass_params__  # type: ignore[attr-defined]
+    if not params.frozen or not params.init or "__slots__" in cls.__dict__:
+        raise TypeError(f"{cls.__name__}: direct_init is for frozen dataclasses with a __dict__")
+    namespace: dict[str, Any] = {"_FACTORY": object()}
+    args, lines = ["self"], ["fields = self.__dict__"]
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        name = f.name
+        if f.kw_only or not f.init or name in ("self", "fields", "_FACTORY"):
+            raise TypeError(f"{cls.__name__}.{name}: not a field direct_init can fill")
+        value = name
+        if f.default is not dataclasses.MISSING:
+            namespace[f"_default_{name}"] = f.default
+            args.append(f"{name}=_default_{name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            namespace[f"_factory_{name}"] = f.default_factory
+            args.append(f"{name}=_FACTORY")
+            value = f"_factory_{name}() if {name} is _FACTORY else {name}"
+        else:
+            args.append(name)
+        lines.append(f"fields[{name!r}] = {value}")
+    if hasattr(cls, "__post_init__"):
+        lines.append("self.__post_init__()")
+    body = "\n    ".join(lines)
+    exec(f"def __init__({', '.join(args)}) -> None:\n    {body}\n", namespace)
+    init = namespace["__init__"]
+    init.__annotations__ = cls.__init__.__annotations__
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
 
 
 class RunStatus(StrEnum):
@@ -120,6 +161,7 @@ class EventKind(StrEnum):
     WAITING = "waiting"  # an agent function waits for child runs (SPEC §21)
 
 
+@direct_init
 @dataclass(frozen=True)
 class Usage:
     input_tokens: int = 0

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tenure._types import RunRequest, Usage
+from tenure._types import RunRequest, Usage, direct_init
 
 # A provider that received tool-call arguments that are not a JSON object hands the raw text
 # on under this key, so that validation tells the model what went wrong (and the step goes
@@ -62,6 +62,7 @@ class ToolCall:
     args: dict[str, Any]
 
 
+@direct_init
 @dataclass(frozen=True)
 class ModelReply:
     """The model's turn: a final answer (`text`, no calls) or tool calls."""

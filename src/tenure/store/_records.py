@@ -18,6 +18,7 @@ from tenure._types import (
     TerminationReason,
     ToolEffect,
     Usage,
+    direct_init,
 )
 
 NO_USAGE = Usage()
@@ -26,6 +27,7 @@ NO_USAGE = Usage()
 QUEUE_TOTALS_WINDOW = 86_400.0
 
 
+@direct_init
 @dataclass(frozen=True)
 class Lease:
     """What a segment holds: the run, who it is, and the fencing token of its claim."""
@@ -51,6 +53,7 @@ class ChildState:
     output: str | None
 
 
+@direct_init
 @dataclass(frozen=True)
 class Claimed:
     lease: Lease
@@ -65,6 +68,7 @@ class Claimed:
     last_sequence: int = -1
 
 
+@direct_init
 @dataclass(frozen=True)
 class NewEvent:
     kind: EventKind
@@ -129,6 +133,7 @@ class NewRun:
     concurrency_key: str | None = None
 
 
+@direct_init
 @dataclass(frozen=True)
 class Settlement:
     """A terminal state. A dead-letter keeps the request (for redrive); every failure keeps
