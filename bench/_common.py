@@ -300,7 +300,7 @@ def maybe_postgres(args: argparse.Namespace) -> Iterator[Postgres | None]:
 
 def child(*argv: Any, timeout: float = CHILD_TIMEOUT_SECONDS) -> dict[str, Any]:
     """Run `bench/_child.py ARGV…` and return the JSON object it prints last."""
-    done = _run_child([str(CHILD), *argv], [str(ROOT), *sys.path], timeout)
+    done = run_child([str(CHILD), *argv], [str(ROOT), *sys.path], timeout)
     last = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if not last:
         raise RuntimeError(f"child {argv} printed no result:\n{done.stderr[-3000:]}")
@@ -313,12 +313,12 @@ def checkout_child(
 ) -> dict[str, Any]:
     """Run `script ARGV…` with the checkout `src` first on its path (the code measured, as
     `--against` names it) and return the JSON object it prints last."""
-    done = _run_child([script, *argv], [str(src), str(BENCH)], timeout)
+    done = run_child([script, *argv], [str(src), str(BENCH)], timeout)
     result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return result
 
 
-def _run_child(
+def run_child(
     argv: Sequence[Any], path: Sequence[str], timeout: float
 ) -> subprocess.CompletedProcess[str]:
     """This Python on `argv` with `path` as its PYTHONPATH; RuntimeError if it fails."""

@@ -353,17 +353,7 @@ class CountedServer:
 
 def native(src: Path, *argv: object) -> None:
     """This script in a process outside valgrind, with `src` first on its path."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(HERE)])}
-    done = subprocess.run(
-        [sys.executable, __file__, *map(str, argv)],
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_SECONDS,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{argv[0]} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    c.run_child([__file__, *argv], [str(src), str(HERE)], TIMEOUT_SECONDS)
 
 
 def add_counts(
