@@ -4,25 +4,12 @@ goes on running, its deltas are gone, and another run's stay."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from tenure._types import EventKind
 from tenure.store import Lease, NewEvent
 from tenure.store._deltas import DeltaPiece
 from tenure.store.sqlite import SQLiteStore
 
 from .helpers import new_run, step
-
-
-@pytest.fixture
-def sqlite_store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    store = SQLiteStore(f"sqlite:///{tmp_path / 'deltas.db'}")
-    store.migrate()
-    yield store
-    store.close()
 
 
 def _claim(store: SQLiteStore, run_id: str) -> Lease:

@@ -38,14 +38,6 @@ def _claim(store: Store, run_id: str, lease_seconds: float = 30) -> Lease:
     return claimed.lease
 
 
-@pytest.fixture
-def sqlite_store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    store = SQLiteStore(f"sqlite:///{tmp_path / 'gate.db'}")
-    store.migrate()
-    yield store
-    store.close()
-
-
 def _traced(store: SQLiteStore, write: Callable[[], object]) -> int:
     """How many times SQLite traced an `UPDATE tenure_runs` during `write`: once per
     execution of the statement, once more for each trigger program it set up (traced as it
