@@ -2,7 +2,7 @@
 
     python bench/instructions.py [--size N] [--quick] [--repeat R] [--concurrency C]...
                                  [--against DIR]... [--keep DIR] [--valgrind-arg OPTION]...
-                                 [--steps] [--store sqlite|postgres]
+                                 [--steps] [--enqueue] [--store sqlite|postgres]
 
 N trivial runs (one scripted answer, no tools) are enqueued into a fresh SQLite file, then
 one worker drains them with `rt.work(concurrency=C, burst=True)`, the whole child process
@@ -21,6 +21,11 @@ an option to valgrind (for example `--dump-instr=no`).
 `--steps`: instructions per step of runs of 10 read-only tool steps, made by the built-in
 loop and by an agent function (steps.py's agent table), N/25 runs of each, at concurrency 1;
 the ratio loop/agent is the figure to read.
+
+`--enqueue`: instructions per `rt.enqueue(request)` of a trivial run on a fresh SQLite file
+(validation, the stored JSON, the INSERTs and their transaction): N enqueues, counted
+between the same two toggles, after one enqueue outside the count (imports, the
+statements' first preparations); at concurrency 1 only, since nothing runs concurrently.
 
 `--store postgres` counts both sides: the worker process (as above) and the PostgreSQL
 backends that serve it. A private cluster is started with its server under
@@ -79,8 +84,12 @@ def child_main(
     url: str, n: int, concurrency: int, workload: str = "trivial", enqueue: bool = True
 ) -> None:
     """In the process valgrind runs, with the measured checkout's `src/` on `sys.path`;
-    without `enqueue`, the runs are already queued (`enqueue_main`)."""
+    without `enqueue`, the runs are already queued (`enqueue_main`). The workload
+    "enqueue" counts the enqueues themselves, not a drain."""
 
+    if workload == "enqueue":
+        enqueue_counted(url, n)
+        return
     rt, request = runtime_and_request(url, workload)
     with rt:
         rt.store  # noqa: B018 -- the schema, outside the count
@@ -91,6 +100,28 @@ def child_main(
         toggle("off")
     if enqueue:  # else checked by another process: the query's rows would count on the server
         check(url, n, workload)
+
+
+def enqueue_counted(url: str, n: int) -> None:
+    """`--enqueue`: n enqueues of a trivial run between the toggles, after one outside."""
+    rt, request = runtime_and_request(url, "trivial")
+    with rt:
+        rt.enqueue(request)  # the schema, imports, the statements' first preparations
+        toggle("on")
+        for _ in range(n):
+            rt.enqueue(request)
+        toggle("off")
+    check_queued(url, n + 1)
+
+
+def check_queued(url: str, n: int) -> None:
+    from tenure import RunStatus
+
+    rt, _ = runtime_and_request(url, "trivial")
+    with rt:
+        queued = len(rt.runs(status=RunStatus.QUEUED, limit=n + 1))
+    if queued != n:
+        raise SystemExit(f"queued {queued} of {n}")
 
 
 def check(url: str, n: int, workload: str) -> None:
@@ -316,7 +347,7 @@ class CountedServer:
         db = f"counted_{self._dbs}"
         self.cluster.admin(f"CREATE DATABASE {db}")
         url = self.cluster.url(db)
-        native(src, "--enqueue", url, n, workload)
+        native(src, "--queue", url, n, workload)
         self.settle()
         self.take(None, "")  # the set-up's backends: schema, enqueue, the admin connection
         before = self.commits(db)
@@ -473,6 +504,11 @@ def main() -> None:
         help=f"per step of runs of {STEPS_K} tool steps: the loop's and an agent function's",
     )
     parser.add_argument(
+        "--enqueue",
+        action="store_true",
+        help="per rt.enqueue of a trivial run on SQLite, instead of per run drained",
+    )
+    parser.add_argument(
         "--store",
         choices=("sqlite", "postgres"),
         default="sqlite",
@@ -488,6 +524,9 @@ def main() -> None:
         return
     if args.steps:
         c.emit(steps_table(checkouts, max(1, n // 25), times, args), preamble=c.machine())
+        return
+    if args.enqueue:
+        c.emit(enqueue_table(checkouts, n, times, args), preamble=c.machine())
         return
     table = c.Table(f"instructions: per trivial run, SQLite, {n} runs, one worker process")
     levels = args.concurrency or [8, 1]
@@ -506,6 +545,26 @@ def main() -> None:
             baseline = None if name == "this" else series["this"]
             table.add(label, f"drain c={concurrency}", series[name], baseline=baseline)
     c.emit(table, preamble=c.machine())
+
+
+def enqueue_table(
+    checkouts: dict[str, Path], n: int, times: int, args: argparse.Namespace
+) -> c.Table:
+    """Instructions per `rt.enqueue` of a trivial run on SQLite (`--enqueue`)."""
+    table = c.Table(f"instructions: per enqueue of a trivial run, SQLite, {n} enqueues")
+    have = shutil.which("valgrind") is not None and shutil.which("callgrind_control") is not None
+    series = {name: c.Series() for name in checkouts}
+    for _ in range(times if have else 0):
+        for name, src in checkouts.items():  # alternating, as the other tables do
+            series[name].add(count(src, n, 1, args.keep, args.valgrind_arg, "enqueue") / n)
+    for name in checkouts:
+        label = f"{name}/SQLite"
+        if not have:
+            table.missing(label, "enqueue", "valgrind not installed")
+            continue
+        baseline = None if name == "this" else series["this"]
+        table.add(label, "enqueue", series[name], baseline=baseline)
+    return table
 
 
 def steps_table(
@@ -546,7 +605,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         a = sys.argv
         child_main(a[2], int(a[3]), int(a[4]), a[5], enqueue=a[6] == "enqueue")
-    elif len(sys.argv) > 1 and sys.argv[1] == "--enqueue":
+    elif len(sys.argv) > 1 and sys.argv[1] == "--queue":
         enqueue_main(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     elif len(sys.argv) > 1 and sys.argv[1] == "--check":
         check(sys.argv[2], int(sys.argv[3]), sys.argv[4])

@@ -62,6 +62,13 @@ def test_instructions_per_step_of_the_loop_and_of_an_agent_function(tmp_path: Pa
 
 
 @pytest.mark.slow
+def test_instructions_per_enqueue(tmp_path: Path) -> None:
+    out = _bench([sys.executable, str(BENCH / "instructions.py"), "--enqueue", "--quick"], tmp_path)
+    counted = "| this/SQLite | enqueue" in out
+    assert counted or "valgrind not installed" in out, out[-4000:]
+
+
+@pytest.mark.slow
 def test_instructions_per_step_on_postgresql_client_and_server(tmp_path: Path) -> None:
     _bindir()  # the script starts a cluster of its own, its server under valgrind
     argv = [sys.executable, str(BENCH / "instructions.py"), "--steps", "--quick"]

@@ -176,15 +176,24 @@ def check_json_value(name: str, value: Any) -> None:
     """A value both stores hold alike as JSON: objects with text keys, lists, text, finite
     numbers, integers within 64 bits, booleans and null, nested at most MAX_NESTING_DEPTH
     deep. Walked without recursion, so a value nested thousands deep is refused, not a crash."""
+    if not value and type(value) is dict:  # no metadata: the common case
+        return
     stack: list[tuple[Any, int]] = [(value, 0)]
+    push = stack.append
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict | list | tuple):
+        if isinstance(item, _CONTAINERS):
             if depth >= MAX_NESTING_DEPTH:
                 raise InvalidRequest(f"{name} is nested more than {MAX_NESTING_DEPTH} levels deep")
-            stack.extend((child, depth + 1) for child in _children(name, item))
+            depth += 1
+            for child in _children(name, item):
+                push((child, depth))
         else:
             _check_scalar(name, item)
+
+
+# What `check_json_value` walks into (a tuple: an `X | Y` union is built anew where written).
+_CONTAINERS = (dict, list, tuple)
 
 
 def _children(name: str, item: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> Iterable[Any]:

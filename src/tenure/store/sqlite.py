@@ -26,7 +26,7 @@ from tenure.store import _sql
 from tenure.store._base import Lease, Settlement
 from tenure.store._common import Cursor, SQLStore
 from tenure.store._rows import epoch_to_datetime
-from tenure.store._sqlbase import in_powers_of_two, numbered, repeated_row
+from tenure.store._sqlbase import in_powers_of_two, numbered, numbered_nulls, repeated_row
 
 T = TypeVar("T")
 
@@ -43,6 +43,9 @@ FILE_CHECK_SECONDS = 1.0
 # The most events written by one statement (`insert_events`, 7 values each): under 999
 # parameters, the most a SQLite before 3.32 binds.
 EVENTS_PER_INSERT = 128
+# The enqueue's parameters that are None for most runs (no idempotency key, no concurrency
+# key, no parent): written in its statement as NULL when they are (`numbered_nulls`).
+ENQUEUE_NULLABLE = ("idempotency_key", "concurrency_key", "parent_id", "root_id")
 # The values of one row of `insert_events`, in the order the statement names them.
 EVENT_VALUES = ("run_id", "sequence", "attempt", "lease_token", "kind", "payload", "replay")
 Q = _sql.queries("sqlite", now=NOW)
@@ -250,10 +253,13 @@ class SQLiteStore(SQLStore):
                 self._check_file()
                 if self._wal_to_truncate:
                     self._truncate_wal(conn)
-                conn.execute("BEGIN IMMEDIATE")
+                # BEGIN and COMMIT on the transaction's own cursor: `conn.execute` makes a
+                # cursor for each (~1,400 instructions apiece, at every write).
+                cur = conn.cursor()
+                cur.execute("BEGIN IMMEDIATE")
                 try:
-                    result = fn(conn.cursor())
-                    conn.execute("COMMIT")
+                    result = fn(cur)
+                    cur.execute("COMMIT")
                 except sqlite3.IntegrityError as exc:
                     self._rollback(conn)
                     raise StoreError(f"database {self.path!r} refused the write: {exc}") from exc
@@ -276,6 +282,21 @@ class SQLiteStore(SQLStore):
                 self._writer_conn = None
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
+
+    def _insert_runs(self, cur: Cursor, params: list[dict[str, Any]]) -> list[bool]:
+        """The `enqueue` statement for each run, its values bound by position and those of
+        `ENQUEUE_NULLABLE` that are None written in it as NULL: by name, sqlite3 makes and
+        looks up a string per name, and it looks for an adapter for each None it binds.
+        Whether each inserted its row, by the statement's count (no RETURNING: SQLite
+        builds a result table for it). No row: the key is taken."""
+        out = []
+        enqueue = self._q["enqueue"]
+        for p in params:
+            nulls = tuple([name for name in ENQUEUE_NULLABLE if p[name] is None])
+            sql, values = numbered_nulls(enqueue, nulls)
+            cur.execute(sql, values(p))
+            out.append(cur.rowcount != 0)
+        return out
 
     def _insert_events(self, cur: Cursor, rows: list[dict[str, Any]]) -> None:
         """The rows `_event_rows` made, a power of two of them per statement. An event
