@@ -14,27 +14,26 @@ from tenure._types import Usage, direct_init
 from tenure.store._base import Lease, NewEvent, Settlement
 
 
-@dataclass(frozen=True)
-class _Plain:
-    a: int
-    b: str = "b"
-    c: list[int] = field(default_factory=list)
-    d: dict[str, Any] = field(default_factory=dict, compare=False)
+def _record() -> Any:
+    """A new frozen dataclass with each kind of field `direct_init` fills (no default, a
+    default, a default factory, one left out of comparisons) and a `__post_init__`: made
+    twice, once for each `__init__` compared."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "c", [*self.c, self.a])
+    @dataclass(frozen=True)
+    class Record:
+        a: int
+        b: str = "b"
+        c: list[int] = field(default_factory=list)
+        d: dict[str, Any] = field(default_factory=dict, compare=False)
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "c", [*self.c, self.a])
+
+    return Record
 
 
-@direct_init
-@dataclass(frozen=True)
-class _Direct:
-    a: int
-    b: str = "b"
-    c: list[int] = field(default_factory=list)
-    d: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "c", [*self.c, self.a])
+_Plain = _record()
+_Direct = direct_init(_record())
 
 
 @pytest.mark.parametrize(
