@@ -61,6 +61,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,11 +82,11 @@ PG_STEPS_DIVISOR = 25
 
 
 def child_main(
-    url: str, n: int, concurrency: int, workload: str = "trivial", enqueue: bool = True
+    url: str, n: int, concurrency: int, workload: str = "trivial", queue: bool = True
 ) -> None:
     """In the process valgrind runs, with the measured checkout's `src/` on `sys.path`;
-    without `enqueue`, the runs are already queued (`enqueue_main`). The workload
-    "enqueue" counts the enqueues themselves, not a drain."""
+    without `queue`, the runs are already queued (`enqueue_main`). The workload "enqueue"
+    counts the enqueues themselves, not a drain."""
 
     if workload == "enqueue":
         enqueue_counted(url, n)
@@ -93,12 +94,12 @@ def child_main(
     rt, request = runtime_and_request(url, workload)
     with rt:
         rt.store  # noqa: B018 -- the schema, outside the count
-        for _ in range(n if enqueue else 0):
+        for _ in range(n if queue else 0):
             rt.enqueue(request)
         toggle("on")
         rt.work(concurrency=concurrency, burst=True, poll_interval=0.05)
         toggle("off")
-    if enqueue:  # else checked by another process: the query's rows would count on the server
+    if queue:  # else checked by another process: the query's rows would count on the server
         check(url, n, workload)
 
 
@@ -111,27 +112,18 @@ def enqueue_counted(url: str, n: int) -> None:
         for _ in range(n):
             rt.enqueue(request)
         toggle("off")
-    check_queued(url, n + 1)
+    check(url, n + 1, "trivial", "queued")
 
 
-def check_queued(url: str, n: int) -> None:
-    from tenure import RunStatus
-
-    rt, _ = runtime_and_request(url, "trivial")
-    with rt:
-        queued = len(rt.runs(status=RunStatus.QUEUED, limit=n + 1))
-    if queued != n:
-        raise SystemExit(f"queued {queued} of {n}")
-
-
-def check(url: str, n: int, workload: str) -> None:
+def check(url: str, n: int, workload: str, status: str = "completed") -> None:
+    """Exit unless exactly `n` runs of the database are in `status`."""
     from tenure import RunStatus
 
     rt, _ = runtime_and_request(url, workload)
     with rt:
-        done = len(rt.runs(status=RunStatus.COMPLETED, limit=n + 1))
-    if done != n:
-        raise SystemExit(f"completed {done} of {n}")
+        found = len(rt.runs(status=RunStatus(status), limit=n + 1))
+    if found != n:
+        raise SystemExit(f"{status} {found} of {n}")
 
 
 def enqueue_main(url: str, n: int, workload: str) -> None:
@@ -155,6 +147,10 @@ def runtime_and_request(url: str, workload: str) -> tuple[Any, Any]:
 
     request = st.request(STEPS_K) if workload == "loop" else st.agent_request(STEPS_K)
     return tenure_runtime(url), request
+
+
+def have_valgrind() -> bool:
+    return shutil.which("valgrind") is not None and shutil.which("callgrind_control") is not None
 
 
 def toggle(state: str) -> None:
@@ -193,7 +189,7 @@ def count(
             str(n),
             str(concurrency),
             workload,
-            "drain" if url else "enqueue",
+            "queued" if url else "queue",
         ]
         done = subprocess.run(
             argv, capture_output=True, text=True, env=env, check=False, timeout=TIMEOUT_SECONDS
@@ -424,7 +420,7 @@ def add_count(series: dict[str, c.Series], count_: Count, per: float) -> None:
 
 def pg_main(args: argparse.Namespace, checkouts: dict[str, Path], n: int, times: int) -> None:
     """The trivial-run table, or `--steps`'s, with the server's backends counted too."""
-    have = shutil.which("valgrind") is not None and shutil.which("callgrind_control") is not None
+    have = have_valgrind()
     if args.steps:
         runs = max(1, n // PG_STEPS_DIVISOR)
         title = (
@@ -529,21 +525,14 @@ def main() -> None:
         c.emit(enqueue_table(checkouts, n, times, args), preamble=c.machine())
         return
     table = c.Table(f"instructions: per trivial run, SQLite, {n} runs, one worker process")
-    levels = args.concurrency or [8, 1]
-    have = shutil.which("valgrind") is not None and shutil.which("callgrind_control") is not None
-    for concurrency in levels:
-        series = {name: c.Series() for name in checkouts}
-        for _ in range(times if have else 0):
-            for name, src in checkouts.items():  # alternating, as the other scripts do
-                total = count(src, n, concurrency, args.keep, args.valgrind_arg)
-                series[name].add(total / n)
-        for name in checkouts:
-            label = f"{name}/SQLite"
-            if not have:
-                table.missing(label, f"drain c={concurrency}", "valgrind not installed")
-                continue
-            baseline = None if name == "this" else series["this"]
-            table.add(label, f"drain c={concurrency}", series[name], baseline=baseline)
+    for concurrency in args.concurrency or [8, 1]:
+        alternated(
+            table,
+            checkouts,
+            times,
+            f"drain c={concurrency}",
+            lambda src, cc=concurrency: count(src, n, cc, args.keep, args.valgrind_arg) / n,
+        )
     c.emit(table, preamble=c.machine())
 
 
@@ -552,19 +541,37 @@ def enqueue_table(
 ) -> c.Table:
     """Instructions per `rt.enqueue` of a trivial run on SQLite (`--enqueue`)."""
     table = c.Table(f"instructions: per enqueue of a trivial run, SQLite, {n} enqueues")
-    have = shutil.which("valgrind") is not None and shutil.which("callgrind_control") is not None
+    alternated(
+        table,
+        checkouts,
+        times,
+        "enqueue",
+        lambda src: count(src, n, 1, args.keep, args.valgrind_arg, "enqueue") / n,
+    )
+    return table
+
+
+def alternated(
+    table: c.Table,
+    checkouts: dict[str, Path],
+    times: int,
+    metric: str,
+    once: Callable[[Path], float],
+) -> None:
+    """A row per checkout on SQLite of `once(src)`, measured `times` times for each, the
+    checkouts alternating (as the other scripts do); each row's ratio is against this one."""
+    have = have_valgrind()
     series = {name: c.Series() for name in checkouts}
     for _ in range(times if have else 0):
-        for name, src in checkouts.items():  # alternating, as the other tables do
-            series[name].add(count(src, n, 1, args.keep, args.valgrind_arg, "enqueue") / n)
+        for name, src in checkouts.items():
+            series[name].add(once(src))
     for name in checkouts:
         label = f"{name}/SQLite"
         if not have:
-            table.missing(label, "enqueue", "valgrind not installed")
+            table.missing(label, metric, "valgrind not installed")
             continue
         baseline = None if name == "this" else series["this"]
-        table.add(label, "enqueue", series[name], baseline=baseline)
-    return table
+        table.add(label, metric, series[name], baseline=baseline)
 
 
 def steps_table(
@@ -579,7 +586,7 @@ def steps_table(
     table = c.Table(
         f"instructions: per step, runs of {STEPS_K} tool steps, SQLite, {runs} runs, c=1"
     )
-    have = shutil.which("valgrind") is not None and shutil.which("callgrind_control") is not None
+    have = have_valgrind()
     for name, src in checkouts.items():
         label = f"{name}/SQLite"
         if not have:
@@ -604,7 +611,7 @@ def steps_table(
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         a = sys.argv
-        child_main(a[2], int(a[3]), int(a[4]), a[5], enqueue=a[6] == "enqueue")
+        child_main(a[2], int(a[3]), int(a[4]), a[5], queue=a[6] == "queue")
     elif len(sys.argv) > 1 and sys.argv[1] == "--queue":
         enqueue_main(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     elif len(sys.argv) > 1 and sys.argv[1] == "--check":
