@@ -143,8 +143,11 @@ def test_multi_tenant_priorities_keys_and_schedules(tmp_path: Path, db_url: str)
     # run side by side; at most four runs) can be stamped before it.
     before_initech = int(lines[0].split(": ")[1].split()[0])
     assert before_initech <= 4, lines[0]
-    before_globex = int(lines[1].split(": ")[1].split()[0])
-    assert before_globex <= 2, lines[1]  # not behind acme's twelve
+    # Not behind Acme's twelve: at most Acme's limit of them. (All runs before it can be
+    # three: the other worker's claim of Acme's two may be stamped before the claim that
+    # took Initech's report and Globex's.)
+    acme_before_globex = int(lines[1].split(": ")[1].split()[0])
+    assert acme_before_globex <= 2, lines[1]
     assert lines[2] == "most acme reports running at once: 2 (limit 2)"
     assert lines[3] == "15 reports: {'completed': 15}"
     assert [line.split(":")[0] for line in lines[4:]] == [
