@@ -17,7 +17,8 @@ def database_before(
     request: pytest.FixtureRequest, tmp_path: Path, before: int, then: str | None = None
 ) -> Iterator[str]:
     """An empty database of the store `request.param` names ("sqlite" or "postgres"),
-    migrated up to the schema before `before`, then the statement `then` if given; its URL.
+    migrated up to the schema before `before`, then the statements `then` if given (a
+    script: statements each ended by a semicolon); its URL.
     A PostgreSQL database is dropped afterwards."""
     if request.param == "sqlite":
         path = tmp_path / "old.db"
@@ -28,7 +29,7 @@ def database_before(
                     conn.executescript(script)
                     conn.execute("INSERT INTO tenure_schema_version VALUES (?, 0)", (version,))
             if then is not None:
-                conn.execute(then)
+                conn.executescript(then)
         conn.close()
         yield f"sqlite:///{path}"
         return

@@ -15,6 +15,7 @@ import pytest
 
 from tenure._types import EventKind, RunStatus
 from tenure.store import NewRun, Store, open_store
+from tenure.store.sqlite import SQLiteStore
 
 from ._old_schema import database_before
 from .helpers import REQUEST, as_enqueued, completed, new_run
@@ -88,26 +89,73 @@ def test_a_parent_is_marked_by_its_first_child_and_its_end_cancels_it(
         assert _cancelled_by_parent(store, c.run_id, parent.run_id)
 
 
-# Today's store writes every event's `replay` column (schema 23): the old database lends it
-# for the rows the test writes with today's code, and gives it back before it migrates.
-_LENT_COLUMN = "ALTER TABLE tenure_events {}"
+def test_a_parent_enqueued_with_its_child_is_marked_and_a_child_not_inserted_marks_nothing(
+    store: Store, db_url: str
+) -> None:
+    # A parent and its child in one batch: the child's row comes after its parent's and
+    # marks it. A second parent whose child's key is taken inserts no child and is not
+    # marked: the run holding the key belongs to the first parent.
+    parent, other = new_run(), new_run()
+    child = _child(parent.run_id, 0, new_run())
+    store.enqueue_many([parent, child])
+    taken = NewRun(
+        new_run().run_id,
+        "default",
+        REQUEST,
+        child.idempotency_key,
+        events=child.events,
+        parent_id=other.run_id,
+        root_id=other.run_id,
+    )
+    store.enqueue_many([other])
+    store.enqueue_many([taken])
+    assert store.get_run(taken.run_id) is None
+    assert _marked(db_url, parent.run_id)
+    assert not _marked(db_url, other.run_id)
+    _end(store, parent.run_id)
+    assert _cancelled_by_parent(store, child.run_id, parent.run_id)
 
 
-def _give_back_replay(url: str) -> None:
-    statement = _LENT_COLUMN.format("DROP COLUMN replay")
+def test_sqlite_marks_a_parent_by_its_own_statement_not_a_trigger_on_inserts(
+    sqlite_store: SQLiteStore,
+) -> None:
+    # Schema 26: any trigger on the insert of a run costs every enqueue its set-up, even a
+    # run without a parent (nearly every run).
+    triggers = sqlite_store._read(
+        "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'tenure_runs'"
+        " AND sql LIKE '%INSERT ON tenure_runs%'",
+        {},
+    )
+    assert triggers == []
+
+
+# Today's store writes every event's `replay` column (schema 23) and, on SQLite, marks a
+# child's parent itself (schema 26): the old database lends both columns for the rows the
+# test writes with today's code, and gives them back before it migrates. Migration 22 then
+# marks the parent from the child it finds.
+_LENT = {
+    "tenure_events": "replay TEXT",
+    "tenure_runs": "has_children INTEGER NOT NULL DEFAULT 0",
+}
+
+
+def _give_back(url: str) -> None:
+    script = "".join(
+        f"ALTER TABLE {table} DROP COLUMN {column.split()[0]};" for table, column in _LENT.items()
+    )
     if url.startswith("sqlite:///"):
         with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-            conn.execute(statement)
+            conn.executescript(script)
         conn.close()
         return
     with psycopg.connect(url, autocommit=True) as pg:
-        pg.execute(statement)  # type: ignore[arg-type]
+        pg.execute(script)  # type: ignore[arg-type]
 
 
 @pytest.fixture
 def old_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty database of each store, migrated up to the schema before the mark."""
-    lend = _LENT_COLUMN.format("ADD COLUMN replay TEXT")
+    lend = "".join(f"ALTER TABLE {table} ADD COLUMN {column};" for table, column in _LENT.items())
     yield from database_before(request, tmp_path, BEFORE, then=lend)
 
 
@@ -120,7 +168,7 @@ def test_a_parent_from_before_the_mark_still_takes_its_children_with_it(old_url:
         child = _child(parent.run_id, 0, new_run(request=REQUEST))
         store.enqueue_many([child])
         assert store.schema_version() < BEFORE
-        _give_back_replay(old_url)
+        _give_back(old_url)
         store.migrate()
         assert _marked(old_url, parent.run_id)
         assert not _marked(old_url, child.run_id)

@@ -28,6 +28,10 @@ SQLITE_ONLY = {
     # changes run the one status trigger that clears its deltas: SQLite sets up a trigger's
     # program whatever its WHEN; PostgreSQL tests a WHEN before it calls anything.
     "mark_streamed",
+    # A child's insert marks its parent (`has_children`, schema 26): SQLite sets up an AFTER
+    # INSERT trigger's program at every insert, whatever its WHEN, so the store runs the
+    # statement itself; PostgreSQL's trigger tests its WHEN (a parent) before anything.
+    "mark_parent",
     # A run's deltas go with its call's `llm` event (schema 25: no trigger on tenure_events,
     # which made SQLite copy every multi-row insert of events through a temporary table),
     # after a look at whether the table holds any: PostgreSQL keeps no deltas in a table.

@@ -288,14 +288,18 @@ class SQLiteStore(SQLStore):
         `ENQUEUE_NULLABLE` that are None written in it as NULL: by name, sqlite3 makes and
         looks up a string per name, and it looks for an adapter for each None it binds.
         Whether each inserted its row, by the statement's count (no RETURNING: SQLite
-        builds a result table for it). No row: the key is taken."""
+        builds a result table for it). No row: the key is taken. A child that was inserted
+        marks its parent (`mark_parent`; no trigger does, 0026)."""
         out = []
         enqueue = self._q["enqueue"]
         for p in params:
             nulls = tuple([name for name in ENQUEUE_NULLABLE if p[name] is None])
             sql, values = numbered_nulls(enqueue, nulls)
             cur.execute(sql, values(p))
-            out.append(cur.rowcount != 0)
+            inserted = cur.rowcount != 0
+            if inserted and p["parent_id"] is not None:
+                cur.execute(numbered(self._q["mark_parent"])[0], (p["parent_id"],))
+            out.append(inserted)
         return out
 
     def _insert_events(self, cur: Cursor, rows: list[dict[str, Any]]) -> None:

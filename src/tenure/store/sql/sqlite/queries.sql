@@ -22,6 +22,11 @@ VALUES (:id, :queue, 'queued', :request, :idempotency_key, {now} + :delay,
         :root_id)
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING;
 
+-- name: mark_parent
+-- A child's parent has had a child (`has_children`, SPEC §21; 0026): run after the insert of
+-- each child row, in its transaction. Its end then cancels the children still going.
+UPDATE tenure_runs SET has_children = 1 WHERE id = :parent_id AND NOT has_children;
+
 -- name: _fair_round
 -- A new run's round (SPEC §22): the round the queue's head has reached at its priority, or,
 -- when its key already has runs queued there, the round after its key's last one. So a key
