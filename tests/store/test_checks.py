@@ -1,19 +1,24 @@
 """The run table's checks accept every value tenure writes and refuse everything else, on
-both stores. (SQLite's migration 0012 rewrote them without IN lists: a value left out or
-misspelt there would refuse a run only when it reached that state.)"""
+both stores. (SQLite's migration 0012 rewrote them without IN lists, and PostgreSQL's 0026
+made its seven one function call, `tenure_run_row_ok`: a value left out or misspelt there
+would refuse a run only when it reached that state.)"""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
 
+import psycopg
 import pytest
 
 from tenure._types import RunStatus, TerminationReason, ToolEffect
-from tenure.store import Store
+from tenure.store import Store, open_store
 from tenure.store._records import WorkerInfo
 
 from .._raw import raw_execute
-from .helpers import enqueue
+from ._old_schema import database_before
+from .helpers import claim_one, completed, enqueue, lease_of
 
 FINISHED = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
 
@@ -130,3 +135,58 @@ def test_a_worker_state_outside_the_checks_is_refused(store: Store, db_url: str)
     with pytest.raises(_refused()):  # a stopped row says when it stopped
         raw_execute(db_url, sql, "stopped", worker)
     assert store.stop_worker(worker)
+
+
+ONE_CHECK = 26  # PostgreSQL's seven checks of a run's row become one (tenure_run_row_ok)
+
+
+@pytest.fixture
+def before_one_check(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from database_before(request, tmp_path, ONE_CHECK)
+
+
+@pytest.mark.parametrize("before_one_check", ["postgres"], indirect=True)
+def test_runs_stored_under_the_seven_checks_pass_the_one_that_replaces_them(
+    before_one_check: str,
+) -> None:
+    # Rows in every kind of state the seven checks allowed are validated again by the new
+    # one when the migration adds it; afterwards it refuses what they refused.
+    url = before_one_check
+    store = open_store(url)
+    try:
+        enqueue(store)
+        enqueue(store)
+        running = claim_one(store)  # the oldest first
+        done = claim_one(store)
+        assert store.settle(lease_of(done), completed()) is not None
+        for status, reason in [
+            (RunStatus.WAITING_FOR_INPUT, ""),
+            (RunStatus.FAILED, TerminationReason.NOT_RETRYABLE),
+        ]:
+            assert _set_status(url, enqueue(store), status, reason) == 1
+        queued = enqueue(store)
+        assert store.schema_version() < ONE_CHECK
+        store.migrate()
+        with psycopg.connect(url) as conn:
+            checks = conn.execute(
+                "SELECT conname FROM pg_constraint WHERE conrelid = 'tenure_runs'::regclass"
+                " AND contype = 'c'"
+            ).fetchall()
+        assert checks == [("tenure_runs_row_check",)]
+        assert _row(store, done.lease.run_id) == ("completed", "completed")
+        assert _row(store, running.lease.run_id) == ("running", "")
+        for case in sorted(REFUSED):
+            status, reason, finished = REFUSED[case]
+            finish = "now()" if finished else "NULL"
+            with pytest.raises(_refused()):
+                raw_execute(
+                    url,
+                    "UPDATE tenure_runs SET status = ?, termination_reason = ?, "
+                    f"finished_at = {finish} WHERE id = ?",
+                    status,
+                    reason,
+                    queued,
+                )
+        assert _row(store, queued) == ("queued", "")
+    finally:
+        store.close()
