@@ -97,13 +97,18 @@ REFUSED = {
 def test_a_row_outside_the_checks_is_refused_and_nothing_changes(
     store: Store, db_url: str, case: str
 ) -> None:
-    status, reason, finished = REFUSED[case]
     run_id = enqueue(store)
+    _write_refused(db_url, run_id, case)
+    assert _row(store, run_id) == ("queued", "")
+
+
+def _write_refused(db_url: str, run_id: str, case: str) -> None:
+    """Write the row `REFUSED[case]` describes over a run's; the store must refuse it."""
+    status, reason, finished = REFUSED[case]
     finish = _now(db_url) if finished else "NULL"
     sql = f"UPDATE tenure_runs SET status = ?, termination_reason = ?, finished_at = {finish} "
     with pytest.raises(_refused()):
         raw_execute(db_url, sql + "WHERE id = ?", status, reason, run_id)
-    assert _row(store, run_id) == ("queued", "")
 
 
 @pytest.mark.parametrize(
@@ -176,17 +181,7 @@ def test_runs_stored_under_the_seven_checks_pass_the_one_that_replaces_them(
         assert _row(store, done.lease.run_id) == ("completed", "completed")
         assert _row(store, running.lease.run_id) == ("running", "")
         for case in sorted(REFUSED):
-            status, reason, finished = REFUSED[case]
-            finish = "now()" if finished else "NULL"
-            with pytest.raises(_refused()):
-                raw_execute(
-                    url,
-                    "UPDATE tenure_runs SET status = ?, termination_reason = ?, "
-                    f"finished_at = {finish} WHERE id = ?",
-                    status,
-                    reason,
-                    queued,
-                )
+            _write_refused(url, queued, case)
         assert _row(store, queued) == ("queued", "")
     finally:
         store.close()
